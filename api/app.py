@@ -1,0 +1,209 @@
+"""The FastAPI application: ``api.app:app`` is the whole service (CONTRACT.md section 2).
+
+Handlers stay thin: they read the request, call the manager and shape the
+answer. Every :class:`~sana.errors.SanaError` becomes ``{"detail", "code",
+"culprit"}`` with the error's status in one handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+
+from api import schemas
+from api.health import check_redis
+from api.services import Services, build_services
+from manager.document import DataflowDocument
+from manager.exceptions import StateUnavailable
+from manager.service import Manager
+from sana.errors import SanaError
+from sana.settings import Settings, get_settings
+
+log = logging.getLogger("sana.api")
+
+MAX_BODY = 1 << 20
+
+
+class PayloadTooLarge(SanaError):
+    code = "PAYLOAD_TOO_LARGE"
+    status = 413
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app; settings are read when it starts, not at import."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        services = build_services(settings or get_settings())
+        app.state.services = services
+        try:
+            await run_in_threadpool(services.manager.start)
+        except StateUnavailable as error:
+            log.error("%s; the manager starts once Redis answers", error.message)
+        try:
+            yield
+        finally:
+            services.close()
+
+    app = FastAPI(
+        title="Sana",
+        version="0.1.0",
+        summary="Shared streaming dataflows: reuse what already runs.",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(SanaError)
+    async def sana_error(request: Request, error: SanaError) -> JSONResponse:
+        return JSONResponse(status_code=error.status, content=error.to_dict())
+
+    _routes(app)
+    app.openapi = lambda: _openapi(app)
+    return app
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services
+
+
+def get_manager(request: Request) -> Manager:
+    return request.app.state.services.manager
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+ManagerDep = Annotated[Manager, Depends(get_manager)]
+
+
+async def read_body(request: Request) -> bytes:
+    """The request body, refusing more than 1 MiB (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise PayloadTooLarge(f"the body has {declared} bytes; the limit is {MAX_BODY} (1 MiB)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise PayloadTooLarge(f"the body exceeds the limit of {MAX_BODY} bytes (1 MiB)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_ERRORS = {status: {"model": schemas.ErrorOut} for status in (404, 409, 413, 422, 502, 503)}
+
+
+def _routes(app: FastAPI) -> None:
+    @app.post("/dataflows", status_code=201, response_model=schemas.SubmitResponse, responses=_ERRORS,
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DataflowDocument"}}}}})
+    async def submit_dataflow(request: Request, manager: ManagerDep) -> dict[str, Any]:
+        """Submit a dataflow; returns once everything it needs is running."""
+        body = await read_body(request)
+        result = await run_in_threadpool(manager.submit, body)
+        return result.to_dict()
+
+    @app.get("/dataflows", response_model=schemas.DataflowList, responses=_ERRORS)
+    def list_dataflows(manager: ManagerDep) -> dict[str, Any]:
+        """Every submitted dataflow, oldest first."""
+        state = manager.snapshot()
+        flows = sorted(state.dataflows.values(), key=lambda flow: (flow.submitted_at, flow.id))
+        return {
+            "dataflows": [
+                {"id": flow.id, "name": flow.name, "owner": flow.owner, "submitted_at": _iso(flow.submitted_at), "tasks": flow.tasks}
+                for flow in flows
+            ]
+        }
+
+    @app.get("/dataflows/{dataflow_id}", responses=_ERRORS)
+    def get_dataflow(dataflow_id: str, manager: ManagerDep) -> dict[str, Any]:
+        """The submitted document's fields plus ``id``, ``tasks`` and ``sinks`` as in POST.
+
+        ``tasks`` is the mapping submitted task id -> running task id (as POST
+        answers); the document exactly as submitted is under ``document``.
+        """
+        flow = manager.dataflow(dataflow_id)
+        return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.tasks,
+                "sinks": flow.sinks, "document": flow.document}
+
+    @app.delete("/dataflows/{dataflow_id}", response_model=schemas.RemoveResponse, responses=_ERRORS)
+    def remove_dataflow(dataflow_id: str, manager: ManagerDep) -> dict[str, Any]:
+        """Remove a dataflow; returns once its unshared work has stopped."""
+        return manager.remove(dataflow_id).to_dict()
+
+    @app.get("/running", response_model=schemas.RunningOut, response_model_by_alias=True, responses=_ERRORS)
+    def running(manager: ManagerDep) -> dict[str, Any]:
+        """The running DAGs: tasks (with site, fragment and users) and streams."""
+        state = manager.snapshot()
+        dags = []
+        for dag_id in sorted(state.dag_members, key=_dag_order):
+            members = sorted(state.dag_members[dag_id])
+            tasks = [state.tasks[task_id] for task_id in members]
+            dags.append({
+                "id": dag_id,
+                "dataflows": sorted(state.dag_dataflows(dag_id), key=_dag_order),
+                "tasks": [
+                    {"id": t.id, "type": t.type, "config": t.config, "site": t.site, "fragment": t.fragment,
+                     "dataflows": sorted(state.users[t.id], key=_dag_order), "signature": t.signature, "schema": t.schema}
+                    for t in tasks
+                ],
+                "streams": [{"from": parent, "to": t.id, "port": port} for t in tasks for port, parent in t.inputs],
+            })
+        return {"dags": dags}
+
+    @app.get("/stats", response_model=schemas.StatsOut, responses=_ERRORS)
+    def stats(manager: ManagerDep) -> dict[str, Any]:
+        """Counts of what is submitted and what runs, and the saving."""
+        return manager.stats()
+
+    @app.get("/healthz", response_model=schemas.HealthOut, responses={503: {"model": schemas.HealthOut}})
+    def healthz(services: ServicesDep) -> JSONResponse:
+        """Every component's status; 503 when any is not ok."""
+        components: dict[str, dict[str, Any]] = {"redis": check_redis(services.redis)}
+        if services.kafka is None:
+            components["kafka"] = {"status": "ok", "note": "not used in dry-run"}
+        else:
+            components["kafka"] = services.kafka.check()
+        try:
+            runtime = services.manager.runtime.health()
+        except Exception as error:  # a runtime that cannot report is down, whatever the reason
+            runtime = {"status": "down", "error": str(error)}
+        if services.runtime_note:
+            runtime["note"] = services.runtime_note
+        components["runtime"] = runtime
+        try:
+            counts = services.manager.stats()
+            components["manager"] = {"status": "ok", "dataflows": counts["submitted_dataflows"], "running_tasks": counts["running_tasks"]}
+        except SanaError as error:
+            components["manager"] = {"status": "down", "error": error.message}
+        healthy = all(part.get("status") == "ok" for part in components.values())
+        return JSONResponse(
+            status_code=200 if healthy else 503,
+            content={"status": "ok" if healthy else "degraded", "components": components},
+        )
+
+
+def _dag_order(identifier: str) -> tuple[str, int]:
+    prefix, _, number = identifier.rpartition("-")
+    return (prefix, int(number)) if number.isdigit() else (identifier, 0)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        spec = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+        document = DataflowDocument.model_json_schema(ref_template="#/components/schemas/{model}", by_alias=True)
+        components = spec.setdefault("components", {}).setdefault("schemas", {})
+        components.update(document.pop("$defs", {}))
+        components["DataflowDocument"] = document
+        app.openapi_schema = spec
+    return app.openapi_schema
+
+
+app = create_app()

@@ -1,0 +1,162 @@
+"""The ``sana`` command line (CONTRACT.md section 3).
+
+Exit codes scripts can trust: 0 success; 1 the server answered with an error
+(its message is printed as it is); 2 bad usage or an unreadable file; 3 the
+API cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+EXIT_OK, EXIT_SERVER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+DEFAULT_API = "http://127.0.0.1:8000"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "up":
+        return _up(args)
+    try:
+        return args.handler(args)
+    except httpx.TransportError as error:
+        print(f"sana: cannot reach the API at {args.api}: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sana", description="Shared streaming dataflows.")
+    parser.add_argument("--api", default=os.environ.get("SANA_API_URL", DEFAULT_API),
+                        help=f"API address (env SANA_API_URL, default {DEFAULT_API})")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    up = commands.add_parser("up", help="start the broker, Redis if needed, and the API")
+    up.add_argument("--port", type=int, help="API port (default SANA_API_PORT or 8000)")
+    up.add_argument("--host", help="API address (default SANA_API_HOST or 127.0.0.1)")
+    up.add_argument("--dry-run", action="store_true", help="plan and record deployments without Spark or Kafka")
+
+    submit = commands.add_parser("submit", help="submit a dataflow from a JSON file ('-' reads stdin)")
+    submit.add_argument("file")
+    submit.add_argument("--json", action="store_true", help="print the server's JSON answer")
+    submit.set_defaults(handler=_submit)
+
+    remove = commands.add_parser("remove", help="remove a submitted dataflow")
+    remove.add_argument("id")
+    remove.add_argument("--json", action="store_true")
+    remove.set_defaults(handler=_remove)
+
+    listing = commands.add_parser("ls", help="list submitted dataflows")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=_ls)
+
+    stats = commands.add_parser("stats", help="what is submitted, what runs, what sharing saves")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(handler=_stats)
+    return parser
+
+
+def _up(args: argparse.Namespace) -> int:
+    import logging
+
+    from api.launcher import up
+    from sana.settings import Settings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    overrides: dict[str, Any] = {}
+    if args.port is not None:
+        overrides["api_port"] = args.port
+    if args.host is not None:
+        overrides["api_host"] = args.host
+    if args.dry_run:
+        overrides["dry_run"] = True
+    return up(Settings(**overrides))
+
+
+def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    with httpx.Client(base_url=args.api, timeout=120) as client:
+        response = client.request(method, path, **kwargs)
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"detail": response.text}
+    if response.is_error:
+        if getattr(args, "json", False):
+            print(json.dumps(body, indent=2))
+        else:
+            print(f"sana: {response.status_code}: {body.get('detail', body)}", file=sys.stderr)
+        return EXIT_SERVER, body
+    return EXIT_OK, body
+
+
+def _submit(args: argparse.Namespace) -> int:
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as error:
+        print(f"sana: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    status, body = _call(args, "POST", "/dataflows", content=data, headers={"content-type": "application/json"})
+    if status != EXIT_OK:
+        return status
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return EXIT_OK
+    print(f"submitted {body['id']} ({body['name']}): {len(body['reused'])} task(s) reused, {len(body['created'])} created")
+    rows = [(task, running, "reused" if task in body["reused"] else "created") for task, running in body["tasks"].items()]
+    _print_table(("TASK", "RUNNING TASK", "STATUS"), rows)
+    for sink, target in body["sinks"].items():
+        print(f"sink {sink}: output on topic {target['topic']} (running task {target['running_task']})")
+    return EXIT_OK
+
+
+def _remove(args: argparse.Namespace) -> int:
+    status, body = _call(args, "DELETE", f"/dataflows/{args.id}")
+    if status != EXIT_OK:
+        return status
+    if args.json:
+        print(json.dumps(body, indent=2))
+    else:
+        stopped = ", ".join(body["terminated"]) or "nothing (all of its tasks are shared)"
+        print(f"removed {body['id']}; stopped: {stopped}")
+    return EXIT_OK
+
+
+def _ls(args: argparse.Namespace) -> int:
+    status, body = _call(args, "GET", "/dataflows")
+    if status != EXIT_OK:
+        return status
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return EXIT_OK
+    rows = [(flow["id"], flow["name"], flow.get("owner") or "-", flow["submitted_at"], str(len(flow["tasks"]))) for flow in body["dataflows"]]
+    _print_table(("ID", "NAME", "OWNER", "SUBMITTED", "TASKS"), rows)
+    return EXIT_OK
+
+
+def _stats(args: argparse.Namespace) -> int:
+    status, body = _call(args, "GET", "/stats")
+    if status != EXIT_OK:
+        return status
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return EXIT_OK
+    rows = [(key, json.dumps(value) if isinstance(value, dict) else str(value)) for key, value in body.items()]
+    _print_table(("STAT", "VALUE"), rows)
+    return EXIT_OK
+
+
+def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    for row in (header, *rows):
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

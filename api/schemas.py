@@ -1,0 +1,92 @@
+"""Response models of the REST API (CONTRACT.md section 2), used for OpenAPI and output checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SinkTarget(BaseModel):
+    running_task: str = Field(description="The running task whose output is this sink's.")
+    topic: str = Field(description="The Kafka topic carrying the sink's output.")
+
+
+class SubmitResponse(BaseModel):
+    id: str
+    name: str
+    tasks: dict[str, str] = Field(description="Submitted task id -> running task id.")
+    reused: list[str] = Field(description="Submitted task ids served by tasks that were already running.")
+    created: list[str] = Field(description="Submitted task ids that started new running tasks.")
+    sinks: dict[str, SinkTarget]
+
+
+class DataflowSummary(BaseModel):
+    id: str
+    name: str
+    owner: str | None = None
+    submitted_at: str = Field(description="ISO 8601, UTC.")
+    tasks: dict[str, str]
+
+
+class DataflowList(BaseModel):
+    dataflows: list[DataflowSummary]
+
+
+class RemoveResponse(BaseModel):
+    id: str
+    terminated: list[str] = Field(description="Running task ids stopped.")
+
+
+class RunningTaskOut(BaseModel):
+    id: str
+    type: str
+    config: dict[str, Any]
+    site: str | None
+    fragment: str
+    dataflows: list[str]
+    signature: str
+    schema_: dict[str, str] = Field(alias="schema", description="Output columns -> Spark SQL types.")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class RunningStreamOut(BaseModel):
+    from_: str = Field(alias="from")
+    to: str
+    port: str
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class RunningDag(BaseModel):
+    id: str
+    dataflows: list[str]
+    tasks: list[RunningTaskOut]
+    streams: list[RunningStreamOut]
+
+
+class RunningOut(BaseModel):
+    dags: list[RunningDag]
+
+
+class StatsOut(BaseModel):
+    submitted_dataflows: int
+    submitted_tasks: int
+    running_tasks: int
+    running_streams: int
+    running_dags: int
+    fragments: int
+    saving_percent: float = Field(description="100 * (submitted - running) / submitted tasks.")
+    sharing_histogram: dict[str, int] = Field(description="Number of dataflows using a task -> number of such tasks.")
+
+
+class HealthOut(BaseModel):
+    status: str = Field(description="ok or degraded")
+    components: dict[str, dict[str, Any]]
+
+
+class ErrorOut(BaseModel):
+    detail: str
+    code: str
+    culprit: dict[str, Any] = {}

@@ -1,0 +1,316 @@
+"""Merge (reuse paper 4.1) and unmerge (4.2) over ancestor signatures.
+
+Planning is pure: :func:`plan_merge` and :func:`plan_unmerge` read a
+:class:`~manager.state.State` and return a plan without changing it;
+:func:`apply_merge` and :func:`apply_unmerge` then change the state. The
+manager runs the plan on the runtime between the two, so a failed deployment
+leaves the state untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from manager.exceptions import SinkTopicTaken
+from manager.model import Dataflow
+from manager.state import State, SubmittedDataflow
+from runtime.plan import Change, TaskSpec
+from scheduler.fragments import assign_fragments, default_site
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """Everything a submit changes.
+
+    ``new_tasks`` are the running tasks to create (parents first), each with the
+    DAG it joins in ``new_task_dag``; ``relabel`` moves every task of a DAG that
+    merged into another (old DAG id -> surviving id); ``boundary`` are the
+    streams from already running tasks into new ones (the paper's S_x^+).
+    """
+
+    dataflow: SubmittedDataflow
+    reused: tuple[str, ...]
+    created: tuple[str, ...]
+    new_tasks: tuple[TaskSpec, ...]
+    new_task_dag: dict[str, str]
+    relabel: dict[str, str]
+    boundary: tuple[tuple[str, str, str], ...]
+    next_dataflow: int
+    next_dag: int
+
+    @property
+    def change(self) -> Change:
+        return Change(start=self.new_tasks, reason=f"submit {self.dataflow.id} ({self.dataflow.name})")
+
+
+@dataclass(frozen=True)
+class UnmergePlan:
+    """Everything a remove changes.
+
+    ``terminated`` are stopped children first; ``splits`` moves tasks of a DAG
+    that fell apart into new DAGs (task id -> new DAG id); ``dropped_dags`` are
+    DAGs left empty.
+    """
+
+    dataflow: SubmittedDataflow
+    terminated: tuple[TaskSpec, ...]
+    splits: dict[str, str] = field(default_factory=dict)
+    dropped_dags: tuple[str, ...] = ()
+    next_dag: int = 0
+
+    @property
+    def change(self) -> Change:
+        return Change(stop=self.terminated, reason=f"remove {self.dataflow.id} ({self.dataflow.name})")
+
+
+def running_task_id(task_type: str, signature: str, taken: dict[str, TaskSpec]) -> str:
+    """A readable, content-derived id: ``<type>-<first 16 hex of the signature>``."""
+    length = 16
+    while True:
+        candidate = f"{task_type}-{signature[:length]}"
+        existing = taken.get(candidate)
+        if existing is None or existing.signature == signature:
+            return candidate
+        length += 8
+
+
+def plan_merge(state: State, flow: Dataflow, submitted_at: float) -> MergePlan:
+    """Plan the submission of a validated dataflow.
+
+    Each task is looked up by signature: a hit reuses the running task; a miss
+    creates one (a second task of the same submission with an equal signature
+    maps onto the first: de-duplication). The running DAGs that the new tasks
+    connect are merged, the largest keeping its id.
+
+    Raises :class:`SinkTopicTaken` if a new sink would write a topic that a
+    running, non-equivalent sink writes.
+    """
+    task_map: dict[str, str] = {}
+    created_specs: dict[str, TaskSpec] = {}
+    taken = dict(state.tasks)
+    parents_of: dict[str, list[tuple[str, str]]] = {}
+    for stream in flow.streams:
+        parents_of.setdefault(stream.dst, []).append((stream.port, stream.src))
+    sites: dict[str, str | None] = {task_id: task.site for task_id, task in state.tasks.items()}
+    for task_id in flow.order:
+        signature = flow.signatures[task_id]
+        running = state.by_signature.get(signature)
+        if running is None:
+            task = flow.tasks[task_id]
+            running = running_task_id(task.type, signature, taken)
+            if running not in created_specs:
+                inputs = tuple(sorted((port, task_map[parent]) for port, parent in parents_of.get(task_id, [])))
+                site = task.site if task.type == "source" else default_site(task.site, [sites[p] for _, p in inputs])
+                spec = TaskSpec(running, signature, task.type, task.config, site, inputs, "", flow.schemas[task_id])
+                created_specs[running] = spec
+                taken[running] = spec
+                sites[running] = site
+                if task.type == "sink":
+                    _check_topic_free(state, task_id, spec)
+        task_map[task_id] = running
+    reused = tuple(task_id for task_id in flow.order if task_map[task_id] in state.tasks)
+    created = tuple(task_id for task_id in flow.order if task_map[task_id] not in state.tasks)
+
+    fragments = assign_fragments(
+        list(created_specs),
+        {task_id: [parent for _, parent in spec.inputs] for task_id, spec in created_specs.items()},
+        sites,
+        {task_id: spec.signature for task_id, spec in created_specs.items()},
+    )
+    new_tasks = tuple(_with_fragment(spec, fragments[task_id]) for task_id, spec in created_specs.items())
+    boundary = tuple(
+        (parent, spec.id, port) for spec in new_tasks for port, parent in spec.inputs if parent in state.tasks
+    )
+    new_task_dag, relabel, next_dag = _merge_dags(state, new_tasks, set(task_map.values()))
+
+    dataflow_id = f"df-{state.next_dataflow}"
+    sinks = {
+        sink_id: {"running_task": task_map[sink_id], "topic": flow.tasks[sink_id].config["topic"]}
+        for sink_id in flow.sinks
+    }
+    submitted = SubmittedDataflow(
+        id=dataflow_id,
+        name=flow.name,
+        owner=flow.owner,
+        submitted_at=submitted_at,
+        document=flow.document,
+        tasks=task_map,
+        sinks=sinks,
+    )
+    return MergePlan(
+        dataflow=submitted,
+        reused=reused,
+        created=created,
+        new_tasks=new_tasks,
+        new_task_dag=new_task_dag,
+        relabel=relabel,
+        boundary=boundary,
+        next_dataflow=state.next_dataflow + 1,
+        next_dag=next_dag,
+    )
+
+
+def _with_fragment(spec: TaskSpec, fragment: str) -> TaskSpec:
+    return TaskSpec(spec.id, spec.signature, spec.type, spec.config, spec.site, spec.inputs, fragment, spec.schema)
+
+
+def _check_topic_free(state: State, submitted_id: str, sink: TaskSpec) -> None:
+    topic = sink.config["topic"]
+    writer = state.sink_topics.get(topic)
+    if writer is not None and writer != sink.id:
+        users = ", ".join(sorted(state.users.get(writer, ())))
+        raise SinkTopicTaken(
+            f"sink {submitted_id!r} writes topic {topic!r}, which running sink {writer!r} "
+            f"(dataflows: {users}) already writes with a different computation",
+            culprit={"task": submitted_id, "field": "config.topic"},
+        )
+
+
+def _merge_dags(
+    state: State, new_tasks: tuple[TaskSpec, ...], used: set[str]
+) -> tuple[dict[str, str], dict[str, str], int]:
+    """Group new tasks and the running DAGs they connect; return their DAG ids.
+
+    Union-find over new task ids and existing DAG ids: a new task joins each
+    parent's group. A group holding existing DAGs keeps the id of the largest
+    one (fewest tasks relabelled); a group of new tasks only gets a fresh id.
+    """
+    leader: dict[str, str] = {}
+
+    def find(node: str) -> str:
+        leader.setdefault(node, node)
+        while leader[node] != node:
+            leader[node] = leader[leader[node]]
+            node = leader[node]
+        return node
+
+    def node_of(task_id: str) -> str:
+        return f"dag:{state.dag_of[task_id]}" if task_id in state.tasks else f"new:{task_id}"
+
+    for spec in new_tasks:
+        find(node_of(spec.id))
+        for _, parent in spec.inputs:
+            leader[find(node_of(spec.id))] = find(node_of(parent))
+    groups: dict[str, list[str]] = {}
+    for node in list(leader):
+        groups.setdefault(find(node), []).append(node)
+    next_dag = state.next_dag
+    new_task_dag: dict[str, str] = {}
+    relabel: dict[str, str] = {}
+    for nodes in groups.values():
+        dags = [node[4:] for node in nodes if node.startswith("dag:")]
+        if dags:
+            target = max(dags, key=lambda dag: (len(state.dag_members[dag]), dag))
+            relabel.update({dag: target for dag in dags if dag != target})
+        else:
+            target = f"dag-{next_dag}"
+            next_dag += 1
+        for node in nodes:
+            if node.startswith("new:"):
+                new_task_dag[node[4:]] = target
+    return new_task_dag, relabel, next_dag
+
+
+def apply_merge(state: State, plan: MergePlan) -> None:
+    """Change ``state`` as ``plan`` says (after the runtime deployed it)."""
+    for old, target in plan.relabel.items():
+        for task_id in list(state.dag_members.get(old, ())):
+            state.set_dag(task_id, target)
+    for spec in plan.new_tasks:
+        state.add_task(spec, plan.new_task_dag[spec.id])
+    flow = plan.dataflow
+    for task_id in flow.running_ids():
+        state.users[task_id].add(flow.id)
+    state.dataflows[flow.id] = flow
+    state.next_dataflow = plan.next_dataflow
+    state.next_dag = plan.next_dag
+
+
+def plan_unmerge(state: State, dataflow_id: str) -> UnmergePlan:
+    """Plan the removal of a submitted dataflow.
+
+    A running task stops when this dataflow is its last user. If the DAG that
+    held it falls apart, each connected component becomes a DAG of its own,
+    the largest keeping the old id.
+    """
+    flow = state.dataflows[dataflow_id]
+    doomed = {task_id for task_id in flow.running_ids() if state.users[task_id] == {dataflow_id}}
+    terminated = tuple(
+        state.tasks[task_id] for task_id in reversed(_parents_first(state, doomed))
+    )
+    splits: dict[str, str] = {}
+    dropped: list[str] = []
+    next_dag = state.next_dag
+    affected = sorted({state.dag_of[task_id] for task_id in doomed})
+    for dag in affected:
+        remaining = state.dag_members[dag] - doomed
+        if not remaining:
+            dropped.append(dag)
+            continue
+        border = {parent for task_id in doomed if state.dag_of[task_id] == dag for _, parent in state.tasks[task_id].inputs} - doomed
+        if len(border) <= 1 or len({_root(state, task_id) for task_id in border}) == 1:
+            continue
+        components = sorted(_components(state, remaining), key=lambda members: (-len(members), min(members)))
+        for members in components[1:]:
+            new_id = f"dag-{next_dag}"
+            next_dag += 1
+            splits.update({task_id: new_id for task_id in members})
+    return UnmergePlan(flow, terminated, splits, tuple(dropped), next_dag)
+
+
+def apply_unmerge(state: State, plan: UnmergePlan) -> None:
+    """Change ``state`` as ``plan`` says (after the runtime stopped the tasks)."""
+    flow = plan.dataflow
+    for task_id in flow.running_ids():
+        state.users[task_id].discard(flow.id)
+    for spec in plan.terminated:
+        state.drop_task(spec.id)
+    for task_id, dag in plan.splits.items():
+        state.set_dag(task_id, dag)
+    del state.dataflows[flow.id]
+    state.next_dag = plan.next_dag
+
+
+def _parents_first(state: State, task_ids: set[str]) -> list[str]:
+    """``task_ids`` ordered so that a task comes after its parents among them."""
+    pending = {
+        task_id: len({parent for _, parent in state.tasks[task_id].inputs if parent in task_ids}) for task_id in task_ids
+    }
+    ready = sorted(task_id for task_id, count in pending.items() if count == 0)
+    ordered: list[str] = []
+    while ready:
+        task_id = ready.pop()
+        ordered.append(task_id)
+        for child in state.children.get(task_id, ()):
+            if child in pending:
+                pending[child] -= 1
+                if pending[child] == 0:
+                    ready.append(child)
+    return ordered
+
+
+def _root(state: State, task_id: str) -> str:
+    """Follow first inputs up to a source: tasks with the same root are connected."""
+    while state.tasks[task_id].inputs:
+        task_id = state.tasks[task_id].inputs[0][1]
+    return task_id
+
+
+def _components(state: State, members: set[str]) -> list[set[str]]:
+    unseen = set(members)
+    components: list[set[str]] = []
+    while unseen:
+        start = unseen.pop()
+        component = {start}
+        frontier = [start]
+        while frontier:
+            task_id = frontier.pop()
+            neighbours = [parent for _, parent in state.tasks[task_id].inputs]
+            neighbours.extend(state.children.get(task_id, ()))
+            for other in neighbours:
+                if other in unseen:
+                    unseen.discard(other)
+                    component.add(other)
+                    frontier.append(other)
+        components.append(component)
+    return components

@@ -1,0 +1,220 @@
+"""The manager: validates, plans, deploys and commits every change, one at a time.
+
+A submit or remove runs under a thread lock and the Redis writer lock:
+sync with Redis -> plan (pure) -> mark pending -> runtime.apply -> commit
+(one transaction) -> update memory. If the runtime fails, nothing was
+committed and the caller gets :class:`DeployFailed`; if the commit fails after
+a successful deployment, the deployment is undone first. A manager restarted
+on the same Redis loads the state and reconciles the runtime with it, which
+also undoes a deployment whose commit never happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from manager import merge
+from manager.exceptions import DataflowNotFound, DeployFailed, StateUnavailable
+from manager.model import Dataflow
+from manager.state import State, SubmittedDataflow
+from manager.store import StaleState, Store
+from manager.validate import parse_dataflow
+from runtime.base import Runtime
+from runtime.exceptions import RuntimeFailure
+
+log = logging.getLogger("sana.manager")
+
+_REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    id: str
+    name: str
+    tasks: dict[str, str]
+    reused: list[str]
+    created: list[str]
+    sinks: dict[str, dict[str, str]]
+    started: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "tasks": self.tasks,
+            "reused": self.reused,
+            "created": self.created,
+            "sinks": self.sinks,
+        }
+
+
+@dataclass(frozen=True)
+class RemoveResult:
+    id: str
+    terminated: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "terminated": self.terminated}
+
+
+class Manager:
+    """The reuse manager over one Redis prefix and one runtime."""
+
+    def __init__(self, client: redis.Redis, prefix: str, runtime: Runtime, clock: Callable[[], float] = time.time):
+        self.store = Store(client, prefix)
+        self.runtime = runtime
+        self.clock = clock
+        self.state = State()
+        self._mutex = threading.RLock()
+        self._loaded = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the state from Redis and make the runtime run exactly it."""
+        with self._guard(), self._mutex, self.store.lock():
+            self._sync(force=True)
+            pending = self.store.read_pending()
+            if pending is not None:
+                log.warning("change %s was interrupted before its commit; undoing its deployment", pending)
+            self.runtime.reconcile(self.state.tasks)
+            if pending is not None:
+                self.store.clear_pending()
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    # -- changes -----------------------------------------------------------------
+
+    def submit(self, body: bytes | str | dict[str, Any]) -> SubmitResult:
+        """Validate and merge a dataflow; returns once its new work runs."""
+        flow = parse_dataflow(body)
+        return self.submit_validated(flow)
+
+    def submit_validated(self, flow: Dataflow) -> SubmitResult:
+        with self._guard(), self._mutex, self.store.lock():
+            self._sync()
+            plan = merge.plan_merge(self.state, flow, self.clock())
+            version = self._deploy_and_commit(plan.change, lambda: self.store.commit_merge(plan, self.state), plan.dataflow.id)
+            merge.apply_merge(self.state, plan)
+            self.state.version = version
+        flow_record = plan.dataflow
+        return SubmitResult(
+            id=flow_record.id,
+            name=flow_record.name,
+            tasks=dict(flow_record.tasks),
+            reused=list(plan.reused),
+            created=list(plan.created),
+            sinks=flow_record.sinks,
+            started=[spec.id for spec in plan.new_tasks],
+        )
+
+    def remove(self, dataflow_id: str) -> RemoveResult:
+        """Unmerge a dataflow; returns once its unshared work has stopped."""
+        with self._guard(), self._mutex, self.store.lock():
+            self._sync()
+            if dataflow_id not in self.state.dataflows:
+                raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id})
+            plan = merge.plan_unmerge(self.state, dataflow_id)
+            version = self._deploy_and_commit(plan.change, lambda: self.store.commit_unmerge(plan, self.state), dataflow_id)
+            merge.apply_unmerge(self.state, plan)
+            self.state.version = version
+        return RemoveResult(id=dataflow_id, terminated=[spec.id for spec in plan.terminated])
+
+    def _deploy_and_commit(self, change, commit: Callable[[], int], what: str) -> int:
+        self.store.mark_pending({"reason": change.reason, "start": [t.id for t in change.start], "stop": [t.id for t in change.stop]})
+        try:
+            self.runtime.apply(change)
+        except RuntimeFailure as failure:
+            self._forget_pending()
+            raise DeployFailed(f"{change.reason}: the runtime failed, nothing changed: {failure.message}", culprit={"dataflow": what}) from failure
+        try:
+            return commit()
+        except (redis.RedisError, StaleState) as error:
+            log.error("commit of %s failed (%s); undoing its deployment", change.reason, error)
+            try:
+                self.runtime.apply(change.inverse())
+            except RuntimeFailure:
+                log.exception("undoing %s failed; the next start reconciles it", change.reason)
+            self._loaded = False
+            if isinstance(error, _REDIS_DOWN):
+                raise
+            raise DeployFailed(f"{change.reason}: the state changed underneath, nothing changed: {error}") from error
+
+    def _forget_pending(self) -> None:
+        try:
+            self.store.clear_pending()
+        except redis.RedisError:
+            log.warning("could not clear the pending marker; the next start clears it")
+
+    # -- reads -------------------------------------------------------------------
+
+    def snapshot(self) -> State:
+        """The current state, synced with Redis (read-only: do not mutate)."""
+        with self._guard(), self._mutex:
+            self._sync()
+            return self.state
+
+    def dataflow(self, dataflow_id: str) -> SubmittedDataflow:
+        state = self.snapshot()
+        try:
+            return state.dataflows[dataflow_id]
+        except KeyError:
+            raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id}) from None
+
+    def stats(self) -> dict[str, Any]:
+        state = self.snapshot()
+        submitted = state.submitted_tasks()
+        running = len(state.tasks)
+        sharing = Counter(len(users) for users in state.users.values())
+        return {
+            "submitted_dataflows": len(state.dataflows),
+            "submitted_tasks": submitted,
+            "running_tasks": running,
+            "running_streams": state.running_streams(),
+            "running_dags": len(state.dag_members),
+            "fragments": len(state.fragments),
+            "saving_percent": round(100.0 * (submitted - running) / submitted, 2) if submitted else 0.0,
+            "sharing_histogram": {str(users): count for users, count in sorted(sharing.items())},
+        }
+
+    # -- internals ---------------------------------------------------------------
+
+    def _sync(self, force: bool = False) -> None:
+        """Make memory match Redis; write memory back if Redis lost everything."""
+        version = self.store.version()
+        if version is None and self._loaded and (self.state.dataflows or self.state.tasks):
+            log.warning("Redis holds no state under %r; writing ours back", self.store.prefix)
+            self.state.version = self.store.write_all(self.state)
+            return
+        if force or not self._loaded or (version or 0) != self.state.version:
+            self.state = self.store.load()
+            self._loaded = True
+
+    def _guard(self):
+        return _RedisGuard(self.store.redis)
+
+
+class _RedisGuard:
+    """Turn Redis being unreachable into :class:`StateUnavailable`."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, trace) -> bool:
+        if isinstance(error, _REDIS_DOWN):
+            location = self._client.connection_pool.connection_kwargs
+            where = f"{location.get('host', '?')}:{location.get('port', '?')}"
+            raise StateUnavailable(f"Redis at {where} does not answer: {error}") from error
+        return False

@@ -1,0 +1,235 @@
+"""Durable state in Redis under ``SANA_STATE_PREFIX``.
+
+Layout (``p`` is the prefix):
+
+- ``p:meta``        hash: ``version``, ``next_dataflow``, ``next_dag``
+- ``p:dataflows``   hash: dataflow id -> JSON (document, task map, sinks)
+- ``p:tasks``       hash: running task id -> JSON (:class:`TaskSpec`)
+- ``p:signatures``  hash: signature -> running task id (the signature index)
+- ``p:refcounts``   hash: running task id -> number of dataflows using it
+- ``p:task_dag``    hash: running task id -> running DAG id
+- ``p:lock``        the writer lock; ``p:pending`` the change being deployed
+
+Every change is one MULTI/EXEC transaction guarded by ``WATCH p:meta``, so a
+crash leaves the old state or the new one, and a writer that lost its lock
+cannot overwrite a newer state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from manager.exceptions import StateBusy, StateCorrupt
+from manager.merge import MergePlan, UnmergePlan
+from manager.state import State, SubmittedDataflow
+from runtime.plan import TaskSpec
+
+LOCK_TTL_MS = 120_000
+LOCK_WAIT_S = 30.0
+
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+class StaleState(Exception):
+    """The version in Redis is not the one this writer planned against."""
+
+
+class Store:
+    """Reads and writes the manager's state; every method may raise ``redis.RedisError``."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.redis = client
+        self.prefix = prefix
+        self.meta = f"{prefix}:meta"
+        self.dataflows = f"{prefix}:dataflows"
+        self.tasks = f"{prefix}:tasks"
+        self.signatures = f"{prefix}:signatures"
+        self.refcounts = f"{prefix}:refcounts"
+        self.task_dag = f"{prefix}:task_dag"
+        self.lock_key = f"{prefix}:lock"
+        self.pending = f"{prefix}:pending"
+        self._release = client.register_script(_RELEASE)
+
+    # -- locking -----------------------------------------------------------------
+
+    @contextmanager
+    def lock(self, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+        """Hold the writer lock (one writer per prefix across processes)."""
+        token = uuid.uuid4().hex
+        deadline = time.monotonic() + wait_s
+        delay = 0.002
+        while not self.redis.set(self.lock_key, token, nx=True, px=LOCK_TTL_MS):
+            if time.monotonic() > deadline:
+                raise StateBusy(f"another manager has held {self.lock_key!r} for over {wait_s:.0f} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        try:
+            yield
+        finally:
+            self._release(keys=[self.lock_key], args=[token])
+
+    # -- reading -----------------------------------------------------------------
+
+    def version(self) -> int | None:
+        """The committed version, or None when Redis holds no state under the prefix."""
+        value = self.redis.hget(self.meta, "version")
+        return None if value is None else int(value)
+
+    def load(self) -> State:
+        """Read everything and rebuild the in-memory indexes.
+
+        Raises :class:`StateCorrupt` if the stored reference counts or
+        signature index disagree with the stored dataflows and tasks.
+        """
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.meta)
+            pipe.hgetall(self.dataflows)
+            pipe.hgetall(self.tasks)
+            pipe.hgetall(self.signatures)
+            pipe.hgetall(self.refcounts)
+            pipe.hgetall(self.task_dag)
+            meta, flows, tasks, sigs, refs, task_dag = pipe.execute()
+        state = State()
+        state.version = int(meta.get(b"version", 0))
+        state.next_dataflow = int(meta.get(b"next_dataflow", 1))
+        state.next_dag = int(meta.get(b"next_dag", 1))
+        specs = [TaskSpec.from_dict(json.loads(raw)) for raw in tasks.values()]
+        for spec in _parents_first(specs):
+            dag = task_dag.get(spec.id.encode())
+            if dag is None:
+                raise StateCorrupt(f"running task {spec.id!r} has no DAG in {self.task_dag!r}")
+            state.add_task(spec, dag.decode())
+        for raw in flows.values():
+            flow = SubmittedDataflow.from_dict(json.loads(raw))
+            state.dataflows[flow.id] = flow
+            for task_id in flow.running_ids():
+                if task_id not in state.users:
+                    raise StateCorrupt(f"dataflow {flow.id!r} maps onto {task_id!r}, which is not running")
+                state.users[task_id].add(flow.id)
+        stored_refs = {key.decode(): int(value) for key, value in refs.items()}
+        actual_refs = {task_id: len(users) for task_id, users in state.users.items()}
+        if stored_refs != actual_refs:
+            raise StateCorrupt(f"reference counts in {self.refcounts!r} disagree with the dataflows")
+        stored_sigs = {key.decode(): value.decode() for key, value in sigs.items()}
+        if stored_sigs != state.by_signature:
+            raise StateCorrupt(f"signature index {self.signatures!r} disagrees with the running tasks")
+        return state
+
+    # -- writing -----------------------------------------------------------------
+
+    def mark_pending(self, description: dict[str, Any]) -> None:
+        """Record the change about to be deployed (cleared by the commit)."""
+        self.redis.set(self.pending, json.dumps(description))
+
+    def clear_pending(self) -> None:
+        self.redis.delete(self.pending)
+
+    def read_pending(self) -> dict[str, Any] | None:
+        raw = self.redis.get(self.pending)
+        return None if raw is None else json.loads(raw)
+
+    def commit_merge(self, plan: MergePlan, state: State) -> int:
+        """Write a submit; ``state`` is the state the plan was made against."""
+
+        def write(pipe: redis.client.Pipeline) -> None:
+            flow = plan.dataflow
+            if plan.new_tasks:
+                pipe.hset(self.tasks, mapping={spec.id: json.dumps(spec.to_dict()) for spec in plan.new_tasks})
+                pipe.hset(self.signatures, mapping={spec.signature: spec.id for spec in plan.new_tasks})
+            moved = {spec.id: plan.new_task_dag[spec.id] for spec in plan.new_tasks}
+            for old, target in plan.relabel.items():
+                moved.update({task_id: target for task_id in state.dag_members[old]})
+            if moved:
+                pipe.hset(self.task_dag, mapping=moved)
+            for task_id in flow.running_ids():
+                pipe.hincrby(self.refcounts, task_id, 1)
+            pipe.hset(self.dataflows, flow.id, json.dumps(flow.to_dict()))
+            pipe.hset(self.meta, mapping={"next_dataflow": plan.next_dataflow, "next_dag": plan.next_dag})
+
+        return self._commit(state.version, write)
+
+    def commit_unmerge(self, plan: UnmergePlan, state: State) -> int:
+        """Write a remove; ``state`` is the state the plan was made against."""
+
+        def write(pipe: redis.client.Pipeline) -> None:
+            flow = plan.dataflow
+            gone = [spec.id for spec in plan.terminated]
+            for task_id in flow.running_ids() - set(gone):
+                pipe.hincrby(self.refcounts, task_id, -1)
+            if gone:
+                pipe.hdel(self.tasks, *gone)
+                pipe.hdel(self.refcounts, *gone)
+                pipe.hdel(self.task_dag, *gone)
+                pipe.hdel(self.signatures, *(spec.signature for spec in plan.terminated))
+            if plan.splits:
+                pipe.hset(self.task_dag, mapping=plan.splits)
+            pipe.hdel(self.dataflows, flow.id)
+            pipe.hset(self.meta, "next_dag", plan.next_dag)
+
+        return self._commit(state.version, write)
+
+    def write_all(self, state: State) -> int:
+        """Rewrite the whole state (Redis came back empty while we still hold it)."""
+
+        def write(pipe: redis.client.Pipeline) -> None:
+            for key in (self.dataflows, self.tasks, self.signatures, self.refcounts, self.task_dag):
+                pipe.delete(key)
+            if state.tasks:
+                pipe.hset(self.tasks, mapping={tid: json.dumps(spec.to_dict()) for tid, spec in state.tasks.items()})
+                pipe.hset(self.signatures, mapping=dict(state.by_signature))
+                pipe.hset(self.refcounts, mapping={tid: len(users) for tid, users in state.users.items()})
+                pipe.hset(self.task_dag, mapping=dict(state.dag_of))
+            if state.dataflows:
+                pipe.hset(self.dataflows, mapping={fid: json.dumps(flow.to_dict()) for fid, flow in state.dataflows.items()})
+            pipe.hset(self.meta, mapping={"next_dataflow": state.next_dataflow, "next_dag": state.next_dag})
+
+        return self._commit(None, write, expect_missing=True)
+
+    def _commit(self, expected: int | None, write, expect_missing: bool = False) -> int:
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(self.meta)
+                current = pipe.hget(self.meta, "version")
+                current_version = None if current is None else int(current)
+                if not expect_missing and (current_version or 0) != (expected or 0):
+                    raise StaleState(f"state version is {current_version}, planned against {expected}")
+                pipe.multi()
+                write(pipe)
+                pipe.hincrby(self.meta, "version", 1)
+                pipe.delete(self.pending)
+                results = pipe.execute()
+            except redis.WatchError:
+                raise StaleState("the state changed while committing") from None
+        return int(results[-2])
+
+
+def _parents_first(specs: list[TaskSpec]) -> list[TaskSpec]:
+    by_id = {spec.id: spec for spec in specs}
+    ordered: list[TaskSpec] = []
+    placed: set[str] = set()
+    stack = list(reversed(specs))
+    while stack:
+        spec = stack[-1]
+        waiting = [by_id[parent] for _, parent in spec.inputs if parent not in placed and parent in by_id]
+        if spec.id in placed:
+            stack.pop()
+        elif waiting:
+            stack.extend(waiting)
+        else:
+            stack.pop()
+            placed.add(spec.id)
+            ordered.append(spec)
+    missing = {parent for spec in specs for _, parent in spec.inputs if parent not in by_id}
+    if missing:
+        raise StateCorrupt(f"running tasks read from tasks that are not running: {sorted(missing)[:5]}")
+    return ordered

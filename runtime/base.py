@@ -1,0 +1,28 @@
+"""The interface the manager drives: apply a change, undo it, reconcile after a restart."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from runtime.plan import Change, TaskSpec
+
+
+class Runtime(Protocol):
+    """A place where running tasks execute.
+
+    ``apply`` returns once started tasks run and stopped tasks have stopped,
+    or raises :class:`runtime.exceptions.RuntimeFailure` having left things as
+    they were. ``reconcile`` makes what runs equal ``tasks`` (after a crash of
+    the manager between deploy and commit, or a restart).
+    """
+
+    kind: str
+
+    def apply(self, change: Change) -> None: ...
+
+    def reconcile(self, tasks: Mapping[str, TaskSpec]) -> None: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,42 @@
+"""Errors raised by the runtime and by operator declarations."""
+
+from __future__ import annotations
+
+from sana.errors import SanaError
+
+
+class RuntimeFailure(SanaError):
+    """The runtime could not carry out a deployment or a removal."""
+
+    code = "RUNTIME_FAILURE"
+    status = 502
+
+
+class OperatorRegistryError(SanaError):
+    """An operator type was registered twice (a programming error)."""
+
+    code = "OPERATOR_REGISTERED_TWICE"
+    status = 500
+
+
+class OperatorUnknown(SanaError):
+    """A task names a ``type`` no operator is registered under."""
+
+    code = "OPERATOR_UNKNOWN"
+    status = 422
+
+
+class OperatorConfigInvalid(SanaError):
+    """An operator's config is not acceptable for the inputs it gets.
+
+    Raised by an operator's schema derivation without knowing the task id;
+    the validator re-raises it with the task named. ``field`` is a dotted path
+    inside ``config`` (e.g. ``"columns.f"``).
+    """
+
+    code = "OPERATOR_CONFIG_INVALID"
+    status = 422
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message, culprit={"field": f"config.{field}" if field else "config"})
+        self.field = field

@@ -1,0 +1,98 @@
+"""``join``: stream-stream equi-join of the ``left`` and ``right`` ports."""
+
+from __future__ import annotations
+
+from pydantic import field_validator
+
+from runtime.operators.base import OperatorConfig, OperatorSpec, Port, field_problem, register
+from runtime.operators.fields import Duration, Identifier
+from runtime.operators.types import Schema
+
+RIGHT_PREFIX = "right_"
+
+
+class JoinConfig(OperatorConfig):
+    """``{on, window?, time_column?, watermark?}``.
+
+    Rows of ``left`` and ``right`` with equal ``on`` columns join. With
+    ``window``, their ``time_column`` values must lie within ``window`` of each
+    other, and state older than the watermark (``watermark``, by default the
+    window) is dropped. ``time_column`` defaults to the one timestamp column both
+    inputs have. Output: the ``on`` columns once, then the left's other columns,
+    then the right's, a right column whose name the left already uses being
+    renamed ``right_<name>``.
+    """
+
+    on: list[Identifier]
+    window: Duration | None = None
+    time_column: Identifier | None = None
+    watermark: Duration | None = None
+
+    @field_validator("on", mode="before")
+    @classmethod
+    def _one_or_many(cls, value):
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("on")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("join needs at least one column in 'on'")
+        if len(set(value)) != len(value):
+            raise ValueError(f"'on' repeats a column: {value}")
+        return value
+
+
+def join_time_column(config: JoinConfig, left: Schema, right: Schema) -> str | None:
+    """The event-time column the window bound applies to (None without a window)."""
+    if config.window is None and config.time_column is None:
+        return None
+    if config.time_column is not None:
+        for side, schema in (("left", left), ("right", right)):
+            if schema.get(config.time_column) != "timestamp":
+                raise field_problem("time_column", f"{config.time_column!r} is not a timestamp column of the {side} input")
+        return config.time_column
+    common = sorted(name for name, kind in left.items() if kind == "timestamp" and right.get(name) == "timestamp")
+    if len(common) != 1:
+        raise field_problem(
+            "time_column",
+            f"a windowed join needs time_column: the inputs share {len(common)} timestamp columns ({', '.join(common) or 'none'})",
+        )
+    return common[0]
+
+
+def _join_schema(config: JoinConfig, inputs) -> Schema:
+    (left,) = inputs["left"]
+    (right,) = inputs["right"]
+    for index, column in enumerate(config.on):
+        for side, schema in (("left", left), ("right", right)):
+            if column not in schema:
+                raise field_problem(f"on.{index}", f"join column {column!r} is not in the {side} input (columns: {', '.join(sorted(schema))})")
+        if left[column] != right[column]:
+            raise field_problem(f"on.{index}", f"join column {column!r} is {left[column]} on the left but {right[column]} on the right")
+    if config.watermark is not None and config.window is None:
+        raise field_problem("watermark", "watermark applies to a windowed join; set window too")
+    join_time_column(config, left, right)
+    output: Schema = {column: left[column] for column in config.on}
+    output.update({name: kind for name, kind in left.items() if name not in output})
+    for name, kind in right.items():
+        if name in config.on:
+            continue
+        out_name = name if name not in output else RIGHT_PREFIX + name
+        if out_name in output:
+            raise field_problem("on", f"right column {name!r} would be renamed {out_name!r}, which the left already has")
+        output[out_name] = kind
+    return output
+
+
+JOIN = register(
+    OperatorSpec(
+        "join",
+        JoinConfig,
+        (Port("left"), Port("right")),
+        True,
+        _join_schema,
+        "stream-stream equi-join with a time bound",
+        keyed=True,
+    )
+)

@@ -1,0 +1,31 @@
+"""The root of every error Sana raises on purpose.
+
+Each package has an ``exceptions.py`` with subclasses whose names say what went
+wrong. Every class carries a stable ``code`` (like PySpark's error classes) and
+an HTTP ``status`` hint; only ``api/`` turns them into HTTP answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SanaError(Exception):
+    """Base class of all Sana errors.
+
+    ``culprit`` names what is at fault, e.g. ``{"task": "hot", "field":
+    "config.expr"}``; it is echoed to API clients so a user interface can
+    highlight the offending part.
+    """
+
+    code: str = "SANA_ERROR"
+    status: int = 500
+
+    def __init__(self, message: str, *, culprit: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.culprit = dict(culprit or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as the API reports it (``detail`` is the message)."""
+        return {"detail": self.message, "code": self.code, "culprit": self.culprit}

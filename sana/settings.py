@@ -1,0 +1,72 @@
+"""One settings object, read from the environment (CONTRACT.md section 4).
+
+Built by :func:`get_settings` (never at import time) so tests can override the
+environment; the Helm chart's values map one-to-one onto these variables.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EMBEDDED_KAFKA_HOST = "127.0.0.1"
+
+
+class Settings(BaseSettings):
+    """Every knob Sana reads. Environment variables carry the ``SANA_`` prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="SANA_", extra="ignore")
+
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="Redis holding the manager's durable state."
+    )
+    state_prefix: str = Field(
+        "sana",
+        description="Every Redis key the manager writes starts with this prefix.",
+    )
+    kafka_bootstrap: str | None = Field(
+        None,
+        description="Kafka bootstrap servers; unset means the embedded broker on 127.0.0.1:9092.",
+    )
+    embedded_kafka_port: int = Field(
+        9092, ge=1, le=65535, description="Port of the embedded broker `sana up` starts."
+    )
+    spark_master: str = Field("local[*]", description="Spark master URL.")
+    dry_run: bool = Field(
+        False, description="Plan and record deployments without starting Spark or Kafka."
+    )
+    api_host: str = Field("127.0.0.1", description="Address the API listens on.")
+    api_port: int = Field(8000, ge=1, le=65535, description="Port the API listens on.")
+    run_dir: Path = Field(
+        Path(".sana/run"), description="Where `sana up` keeps the logs of its children."
+    )
+    checkpoint_dir: Path = Field(
+        Path(".sana/checkpoints"), description="Where Spark queries keep their checkpoints."
+    )
+
+    @field_validator("state_prefix")
+    @classmethod
+    def _prefix_is_a_key_part(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", value):
+            raise ValueError(
+                f"SANA_STATE_PREFIX={value!r}: use 1-64 of letters, digits and _ . : -"
+            )
+        return value
+
+    @property
+    def effective_kafka_bootstrap(self) -> str:
+        """The bootstrap address in use: the configured one or the embedded broker's."""
+        return self.kafka_bootstrap or f"{EMBEDDED_KAFKA_HOST}:{self.embedded_kafka_port}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment on first use.
+
+    Tests that change the environment call ``get_settings.cache_clear()``.
+    """
+    return Settings()
