@@ -1,0 +1,157 @@
+"""Fixture factories for the chart tests: render helm/sana offline with Helm's Go SDK.
+
+``render_chart(values)`` renders the chart as ``helm install`` would (the
+values are checked against values.schema.json first) and returns a
+:class:`Rendered` with every manifest parsed. No cluster, no network.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO / "helm" / "sana"
+RELEASE = "rel"
+NAMESPACE = "streams"
+KUBE_VERSION = "1.30"
+
+# The major options of the chart, each as the values an operator would pass.
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "external-redis-url": {
+        "redis": {"mode": "external", "external": {"url": "redis://:hunter2-redis@redis.data.svc:6379/3"}},
+    },
+    "external-redis-existing-secret": {
+        "redis": {"mode": "external", "external": {"existingSecret": "ops-redis", "existingSecretKey": "url"}},
+    },
+    "internal-redis-existing-secret": {
+        "redis": {"internal": {"existingSecret": "ops-redis-internal"}},
+    },
+    "internal-redis-fixed-password": {
+        "redis": {"internal": {"password": "hunter2-internal", "database": 2}},
+    },
+    "external-kafka": {
+        "kafka": {"mode": "external", "external": {"bootstrap": "kafka-0.kafka.data.svc:9092,kafka-1.kafka.data.svc:9092"}},
+    },
+    "spark-kubernetes": {
+        "imagePullSecrets": [{"name": "regcred"}],
+        "spark": {"mode": "kubernetes", "kubernetes": {"executor": {"instances": 3, "memory": "3g"}}},
+        "checkpoints": {"persistence": {"accessModes": ["ReadWriteMany"], "storageClass": "nfs"}},
+    },
+    "ingress": {
+        "ingress": {
+            "enabled": True,
+            "className": "nginx",
+            "hosts": [{"host": "sana.corp.example", "paths": [{"path": "/", "pathType": "Prefix"}]}],
+            "tls": [{"secretName": "sana-tls", "hosts": ["sana.corp.example"]}],
+        },
+    },
+    "persistence-off": {
+        "checkpoints": {"persistence": {"enabled": False}},
+        "redis": {"internal": {"persistence": {"enabled": False}}},
+        "kafka": {"internal": {"persistence": {"enabled": False}}},
+    },
+    "all-external-dry-run": {
+        "dryRun": True,
+        "redis": {"mode": "external", "external": {"url": "rediss://:pw@redis.example:6380/0"}},
+        "kafka": {"mode": "external", "external": {"bootstrap": "broker.example:9093"}},
+        "networkPolicy": {"enabled": False},
+        "service": {"type": "LoadBalancer"},
+        "api": {"port": 9000},
+    },
+}
+
+
+@dataclass
+class Rendered:
+    """The manifests of one render, parsed, plus NOTES.txt."""
+
+    values: dict[str, Any]
+    manifests: list[dict[str, Any]]
+    notes: str
+    sources: dict[str, str] = field(repr=False)
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [m for m in self.manifests if m["kind"] == kind]
+
+    def kinds(self) -> set[str]:
+        return {m["kind"] for m in self.manifests}
+
+    def get(self, kind: str, name: str) -> dict[str, Any]:
+        found = [m for m in self.of_kind(kind) if m["metadata"]["name"] == name]
+        if len(found) != 1:
+            names = sorted(m["metadata"]["name"] for m in self.of_kind(kind))
+            raise AssertionError(f"expected one {kind} named {name!r}, the render has {names}")
+        return found[0]
+
+    def manager(self) -> dict[str, Any]:
+        return self.get("Deployment", f"{RELEASE}-sana")
+
+    def manager_container(self) -> dict[str, Any]:
+        return self.manager()["spec"]["template"]["spec"]["containers"][0]
+
+    def manager_env(self) -> dict[str, dict[str, Any]]:
+        return {item["name"]: item for item in self.manager_container()["env"]}
+
+    def pod_specs(self) -> list[tuple[str, dict[str, Any]]]:
+        """(object name, pod spec) of every workload and bare pod in the render."""
+        specs = []
+        for m in self.manifests:
+            if m["kind"] in {"Deployment", "StatefulSet"}:
+                specs.append((m["metadata"]["name"], m["spec"]["template"]["spec"]))
+            elif m["kind"] == "Pod":
+                specs.append((m["metadata"]["name"], m["spec"]))
+        return specs
+
+    def text_without_secrets(self) -> str:
+        """Every rendered file except the Secrets, as one string."""
+        return "\n".join(yaml.safe_dump(m) for m in self.manifests if m["kind"] != "Secret") + self.notes
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+@pytest.fixture(scope="session")
+def chart() -> Iterator[helm_python.Chart]:
+    with helm_python.Chart.load(CHART_DIR) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="session")
+def render_chart(chart: helm_python.Chart) -> Callable[..., Rendered]:
+    """Factory: ``render_chart(values)`` -> :class:`Rendered`; raises what Helm raises."""
+
+    def render(values: dict[str, Any] | None = None) -> Rendered:
+        values = values or {}
+        sources = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        manifests: list[dict[str, Any]] = []
+        notes = ""
+        for path, text in sorted(sources.items()):
+            if path.endswith("NOTES.txt"):
+                notes = text
+                continue
+            manifests.extend(doc for doc in yaml.safe_load_all(text) if doc)
+        return Rendered(chart.merge_values(values), manifests, notes, sources)
+
+    return render
+
+
+@pytest.fixture(scope="session", params=sorted(SCENARIOS))
+def scenario(request: pytest.FixtureRequest, render_chart: Callable[..., Rendered]) -> tuple[str, Rendered]:
+    """Each major option of the chart, rendered once per session."""
+    return request.param, render_chart(SCENARIOS[request.param])
