@@ -63,12 +63,15 @@ class UnmergePlan:
         return Change(stop=self.terminated, reason=f"remove {self.dataflow.id} ({self.dataflow.name})")
 
 
-def running_task_id(task_type: str, signature: str, taken: dict[str, TaskSpec]) -> str:
-    """A readable, content-derived id: ``<type>-<first 16 hex of the signature>``."""
+def running_task_id(task_type: str, signature: str, *taken: dict[str, TaskSpec]) -> str:
+    """A readable, content-derived id: ``<type>-<first 16 hex of the signature>``.
+
+    Longer when another signature already holds that id in one of ``taken``.
+    """
     length = 16
     while True:
         candidate = f"{task_type}-{signature[:length]}"
-        existing = taken.get(candidate)
+        existing = next((ids[candidate] for ids in taken if candidate in ids), None)
         if existing is None or existing.signature == signature:
             return candidate
         length += 8
@@ -87,24 +90,25 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float) -> MergePlan:
     """
     task_map: dict[str, str] = {}
     created_specs: dict[str, TaskSpec] = {}
-    taken = dict(state.tasks)
     parents_of: dict[str, list[tuple[str, str]]] = {}
     for stream in flow.streams:
         parents_of.setdefault(stream.dst, []).append((stream.port, stream.src))
-    sites: dict[str, str | None] = {task_id: task.site for task_id, task in state.tasks.items()}
+
+    def site_of(task_id: str) -> str | None:
+        spec = created_specs.get(task_id) or state.tasks[task_id]
+        return spec.site
+
     for task_id in flow.order:
         signature = flow.signatures[task_id]
         running = state.by_signature.get(signature)
         if running is None:
             task = flow.tasks[task_id]
-            running = running_task_id(task.type, signature, taken)
+            running = running_task_id(task.type, signature, state.tasks, created_specs)
             if running not in created_specs:
                 inputs = tuple(sorted((port, task_map[parent]) for port, parent in parents_of.get(task_id, [])))
-                site = task.site if task.type == "source" else default_site(task.site, [sites[p] for _, p in inputs])
+                site = task.site if task.type == "source" else default_site(task.site, [site_of(p) for _, p in inputs])
                 spec = TaskSpec(running, signature, task.type, task.config, site, inputs, "", flow.schemas[task_id])
                 created_specs[running] = spec
-                taken[running] = spec
-                sites[running] = site
                 if task.type == "sink":
                     _check_topic_free(state, task_id, spec)
         task_map[task_id] = running
@@ -114,7 +118,7 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float) -> MergePlan:
     fragments = assign_fragments(
         list(created_specs),
         {task_id: [parent for _, parent in spec.inputs] for task_id, spec in created_specs.items()},
-        sites,
+        {task_id: site_of(task_id) for spec in created_specs.values() for task_id in [spec.id, *(p for _, p in spec.inputs)]},
         {task_id: spec.signature for task_id, spec in created_specs.items()},
     )
     new_tasks = tuple(_with_fragment(spec, fragments[task_id]) for task_id, spec in created_specs.items())
@@ -243,13 +247,14 @@ def plan_unmerge(state: State, dataflow_id: str) -> UnmergePlan:
     next_dag = state.next_dag
     affected = sorted({state.dag_of[task_id] for task_id in doomed})
     for dag in affected:
-        remaining = state.dag_members[dag] - doomed
-        if not remaining:
+        doomed_here = [task_id for task_id in doomed if state.dag_of[task_id] == dag]
+        if len(doomed_here) == len(state.dag_members[dag]):
             dropped.append(dag)
             continue
-        border = {parent for task_id in doomed if state.dag_of[task_id] == dag for _, parent in state.tasks[task_id].inputs} - doomed
+        border = {parent for task_id in doomed_here for _, parent in state.tasks[task_id].inputs} - doomed
         if len(border) <= 1 or len({_root(state, task_id) for task_id in border}) == 1:
             continue
+        remaining = state.dag_members[dag] - doomed
         components = sorted(_components(state, remaining), key=lambda members: (-len(members), min(members)))
         for members in components[1:]:
             new_id = f"dag-{next_dag}"
