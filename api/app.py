@@ -17,7 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
-from api import schemas
+from api import routes_runtime, routes_wan, schemas
 from api.health import check_redis
 from api.services import Services, build_services
 from manager.document import DataflowDocument
@@ -64,6 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse(status_code=error.status, content=error.to_dict())
 
     _routes(app)
+    app.include_router(routes_runtime.router)
+    app.include_router(routes_wan.router)
     app.openapi = lambda: _openapi(app)
     return app
 
