@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 
 from api import routes_runtime, routes_wan, schemas
 from api.health import check_redis
@@ -29,6 +31,7 @@ from sana.settings import Settings, get_settings
 log = logging.getLogger("sana.api")
 
 MAX_BODY = 1 << 20
+STATIC = Path(__file__).parent / "static"
 
 
 class PayloadTooLarge(SanaError):
@@ -66,6 +69,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _routes(app)
     app.include_router(routes_runtime.router)
     app.include_router(routes_wan.router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    @app.get("/inspector", include_in_schema=False)
+    def inspector() -> FileResponse:
+        """The admin inspector page."""
+        return FileResponse(STATIC / "index.html")
+
     app.openapi = lambda: _openapi(app)
     return app
 

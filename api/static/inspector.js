@@ -1,0 +1,352 @@
+// Sana inspector: polls the API and draws what is submitted, what runs and what is shared.
+// No build step: plain JavaScript and SVG. The user's selection and typed text survive refreshes.
+"use strict";
+
+const REFRESH_MS = 2000;
+const SVG_NS = "http://www.w3.org/2000/svg";
+const ui = { selected: null, sinks: {}, history: {} };
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+
+async function getJson(path) {
+  const response = await fetch(path, { headers: { accept: "application/json" } });
+  let body = null;
+  try { body = await response.json(); } catch (_) { body = null; }
+  return { status: response.status, ok: response.ok, body };
+}
+
+// ---- reuse summary -------------------------------------------------------
+
+function renderStats(stats) {
+  $("submitted-tasks").textContent = stats.submitted_tasks;
+  $("running-tasks").textContent = stats.running_tasks;
+  $("saving").textContent = `${stats.saving_percent}%`;
+  $("dataflow-count").textContent = stats.submitted_dataflows;
+  $("dag-count").textContent = stats.running_dags;
+  $("fragment-count").textContent = stats.fragments;
+  const chart = $("histogram");
+  chart.replaceChildren();
+  const entries = Object.entries(stats.sharing_histogram || {}).map(([users, count]) => [Number(users), count]);
+  if (!entries.length) {
+    chart.append(svg("text", { x: 8, y: 20, class: "muted" }, "nothing runs"));
+    return;
+  }
+  const width = chart.clientWidth || 400, height = 140, bottom = 22, top = 14;
+  const maxUsers = Math.max(...entries.map(([users]) => users));
+  const maxCount = Math.max(...entries.map(([, count]) => count));
+  const slot = (width - 20) / maxUsers;
+  for (let users = 1; users <= maxUsers; users++) {
+    const count = (entries.find(([u]) => u === users) || [users, 0])[1];
+    const barHeight = ((height - bottom - top) * count) / maxCount;
+    const x = 10 + (users - 1) * slot;
+    chart.append(svg("rect", { x: x + 2, y: height - bottom - barHeight, width: Math.max(slot - 4, 2), height: barHeight, "data-users": users },
+      svg("title", {}, `${count} task(s) used by ${users} dataflow(s)`)));
+    if (count) chart.append(svg("text", { x: x + slot / 2, y: height - bottom - barHeight - 3, "text-anchor": "middle" }, count));
+    chart.append(svg("text", { x: x + slot / 2, y: height - 6, "text-anchor": "middle" }, users));
+  }
+}
+
+// ---- dataflows -------------------------------------------------------------
+
+function renderDataflows(flows) {
+  const body = $("dataflow-rows");
+  body.replaceChildren();
+  if (ui.selected && !flows.some((flow) => flow.id === ui.selected)) ui.selected = null;
+  for (const flow of flows) {
+    const remove = el("button", { class: "remove", "data-id": flow.id, onclick: (event) => { event.stopPropagation(); removeDataflow(flow.id); } }, "remove");
+    const row = el("tr", { "data-id": flow.id, class: flow.id === ui.selected ? "selected" : "", onclick: () => select(flow.id) },
+      el("td", {}, flow.id), el("td", {}, flow.name), el("td", {}, flow.owner || "–"),
+      el("td", {}, new Date(flow.submitted_at).toLocaleTimeString()), el("td", {}, Object.keys(flow.tasks).length), el("td", {}, remove));
+    body.append(row);
+  }
+  if (!flows.length) body.append(el("tr", {}, el("td", { colspan: 6, class: "muted" }, "No dataflow is submitted.")));
+  renderSelection();
+}
+
+async function select(id, toggle = true) {
+  ui.selected = toggle && ui.selected === id ? null : id;
+  if (ui.selected && !ui.sinks[ui.selected]) {
+    const answer = await getJson(`/dataflows/${encodeURIComponent(ui.selected)}`);
+    if (answer.ok) ui.sinks[ui.selected] = answer.body;
+  }
+  await refresh();
+}
+
+function renderSelection() {
+  const box = $("selection");
+  const detail = ui.selected && ui.sinks[ui.selected];
+  if (!detail) {
+    box.textContent = "Select a dataflow to highlight its tasks.";
+    return;
+  }
+  const sinks = Object.entries(detail.sinks).map(([sink, target]) => `${sink} → topic ${target.topic}`).join("; ");
+  box.textContent = `${detail.id} (${detail.name}): ${Object.keys(detail.tasks).length} tasks; sinks: ${sinks}`;
+}
+
+async function removeDataflow(id) {
+  const response = await fetch(`/dataflows/${encodeURIComponent(id)}`, { method: "DELETE" });
+  const body = await response.json().catch(() => ({}));
+  const box = $("submit-result");
+  if (response.ok) {
+    box.className = "success";
+    box.textContent = `Removed ${id}; stopped ${body.terminated.length} running task(s).`;
+  } else {
+    box.className = "error";
+    box.textContent = `${response.status}: ${body.detail || response.statusText}`;
+  }
+  if (ui.selected === id) ui.selected = null;
+  await refresh();
+}
+
+async function submitDocument() {
+  const text = $("document").value;
+  const box = $("submit-result");
+  const response = await fetch("/dataflows", { method: "POST", headers: { "content-type": "application/json" }, body: text });
+  const body = await response.json().catch(() => ({ detail: response.statusText }));
+  showDocumentTasks(text, response.ok ? null : (body.culprit || {}));
+  if (response.ok) {
+    box.className = "success";
+    box.textContent = `Submitted ${body.id}: ${body.reused.length} task(s) reused, ${body.created.length} created.`;
+    await select(body.id, false);
+  } else {
+    box.className = "error";
+    box.textContent = `${response.status} ${body.code || ""}: ${body.detail}`;
+    markCulprit(text, body.culprit || {});
+  }
+}
+
+function showDocumentTasks(text, culprit) {
+  const list = $("document-tasks");
+  list.replaceChildren();
+  let document_;
+  try { document_ = JSON.parse(text); } catch (_) { return; }
+  for (const task of (document_ && Array.isArray(document_.tasks)) ? document_.tasks : []) {
+    const bad = culprit && culprit.task === task.id;
+    list.append(el("li", { class: bad ? "culprit" : "", "data-task": task.id, title: bad ? `at fault: ${culprit.field || ""}` : task.type }, `${task.id}: ${task.type}`));
+  }
+}
+
+function markCulprit(text, culprit) {
+  if (!culprit.task) return;
+  const area = $("document");
+  const match = new RegExp(`"id"\\s*:\\s*"${culprit.task.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}"`).exec(text);
+  if (match) {
+    area.focus();
+    area.setSelectionRange(match.index, match.index + match[0].length);
+  }
+}
+
+// ---- running DAGs ----------------------------------------------------------
+
+function summary(task) {
+  const c = task.config || {};
+  const cut = (text) => (text.length > 26 ? `${text.slice(0, 25)}…` : text);
+  switch (task.type) {
+    case "source": return cut(`topic ${c.topic}`);
+    case "sink": return cut(`→ ${c.topic}`);
+    case "filter": return cut(c.expr || "");
+    case "select": return cut(Object.keys(c.columns || {}).join(", "));
+    case "window_aggregate": return cut(`${c.window}${c.slide ? "/" + c.slide : ""} by ${(c.keys || []).join(",") || "all"}`);
+    case "join": return cut(`on ${(c.on || []).join(",")}${c.window ? " ±" + c.window : ""}`);
+    default: return cut(JSON.stringify(c));
+  }
+}
+
+function shareColour(users) {
+  const light = Math.max(35, 94 - (users - 1) * 12);
+  return `hsl(218, 80%, ${light}%)`;
+}
+
+function fragmentColour(fragment) {
+  let hash = 0;
+  for (const ch of fragment) hash = (hash * 31 + ch.charCodeAt(0)) >>> 0;
+  return `hsl(${hash % 360}, 65%, 42%)`;
+}
+
+function layout(dag) {
+  const byId = Object.fromEntries(dag.tasks.map((task) => [task.id, task]));
+  const parents = Object.fromEntries(dag.tasks.map((task) => [task.id, []]));
+  for (const stream of dag.streams) parents[stream.to].push(stream.from);
+  const layer = {};
+  const depth = (id) => {
+    if (layer[id] !== undefined) return layer[id];
+    layer[id] = 0;
+    layer[id] = parents[id].length ? 1 + Math.max(...parents[id].map(depth)) : 0;
+    return layer[id];
+  };
+  dag.tasks.forEach((task) => depth(task.id));
+  const layers = [];
+  for (const task of dag.tasks) (layers[layer[task.id]] ||= []).push(task.id);
+  const row = {};
+  layers.forEach((ids) => {
+    ids.sort((a, b) => {
+      const centre = (id) => (parents[id].length ? parents[id].reduce((sum, p) => sum + row[p], 0) / parents[id].length : 0);
+      return centre(a) - centre(b) || byId[a].fragment.localeCompare(byId[b].fragment) || a.localeCompare(b);
+    });
+    ids.forEach((id, index) => { row[id] = index; });
+  });
+  return { layer, row, layers };
+}
+
+function renderDags(dags) {
+  const box = $("dags");
+  box.replaceChildren();
+  if (!dags.length) {
+    box.append(el("p", { class: "muted" }, "Nothing runs."));
+    return;
+  }
+  const W = 168, H = 40, GX = 44, GY = 30;
+  for (const dag of dags) {
+    const { layer, row, layers } = layout(dag);
+    const width = layers.length * (W + GX) + 20;
+    const height = Math.max(...layers.map((ids) => ids.length)) * (H + GY) + 20;
+    const picture = svg("svg", { width, height, class: "dag-svg", "data-dag": dag.id });
+    picture.append(svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+      svg("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#9ca3af" }))));
+    const pos = (id) => ({ x: 10 + layer[id] * (W + GX), y: 10 + row[id] * (H + GY) });
+    const mine = (task) => ui.selected && task.dataflows.includes(ui.selected);
+    const tasks = Object.fromEntries(dag.tasks.map((task) => [task.id, task]));
+    for (const stream of dag.streams) {
+      const a = pos(stream.from), b = pos(stream.to);
+      const lit = mine(tasks[stream.from]) && mine(tasks[stream.to]);
+      picture.append(svg("path", { class: `edge${lit ? " highlight" : ""}`, d: `M ${a.x + W} ${a.y + H / 2} C ${a.x + W + GX / 2} ${a.y + H / 2}, ${b.x - GX / 2} ${b.y + H / 2}, ${b.x} ${b.y + H / 2}` },
+        svg("title", {}, `port ${stream.port}`)));
+    }
+    for (const task of dag.tasks) {
+      const { x, y } = pos(task.id);
+      const users = task.dataflows.length;
+      const classes = ["node", mine(task) ? "highlight" : "", ui.selected && !mine(task) ? "dim" : ""].join(" ").trim();
+      const dark = users >= 5;
+      const group = svg("g", { class: classes, "data-task": task.id, "data-type": task.type, "data-users": users, "data-fragment": task.fragment });
+      group.append(svg("rect", { class: "frag", x: x - 3, y: y - 3, width: W + 6, height: H + 6, fill: "none", stroke: fragmentColour(task.fragment), "stroke-dasharray": "4 2", rx: 7 }));
+      group.append(svg("rect", { class: "body", x, y, width: W, height: H, fill: shareColour(users) }));
+      group.append(svg("text", { x: x + 6, y: y + 15, style: `font-weight:600;${dark ? "fill:#fff" : ""}` }, `${task.type} ×${users}`));
+      group.append(svg("text", { x: x + 6, y: y + 31, style: dark ? "fill:#fff" : "" }, summary(task)));
+      if (task.site) group.append(svg("text", { x: x + W - 4, y: y + H + 11, class: "site", "text-anchor": "end" }, `@${task.site}`));
+      group.append(svg("title", {}, `${task.id}\nfragment ${task.fragment}\nsite ${task.site || "–"}\nused by ${task.dataflows.join(", ")}\n${JSON.stringify(task.config, null, 1)}`));
+      picture.append(group);
+    }
+    const fragments = [...new Set(dag.tasks.map((task) => task.fragment))];
+    const legend = el("div", { class: "legend" }, `fragments:`);
+    for (const fragment of fragments) legend.append(el("i", { style: `border-color:${fragmentColour(fragment)};border-style:dashed` }), fragment);
+    box.append(el("div", { class: "dag", "data-dag": dag.id }, el("h3", {}, `${dag.id}: ${dag.tasks.length} tasks, ${dag.dataflows.length} dataflow(s)`), legend, picture));
+  }
+}
+
+// ---- optional panels (runtime, skew, WAN) ---------------------------------
+
+function sparkline(values) {
+  const width = 90, height = 20;
+  const picture = svg("svg", { width, height });
+  if (values.length < 2) return picture;
+  const max = Math.max(...values, 1);
+  const points = values.map((value, index) => `${(index * width) / (values.length - 1)},${height - (value * (height - 2)) / max - 1}`);
+  picture.append(svg("polyline", { class: "spark", points: points.join(" ") }));
+  return picture;
+}
+
+function renderFragments(answer) {
+  const box = $("fragment-body");
+  box.replaceChildren();
+  if (!answer.ok) {
+    box.append("Per-fragment metrics appear when the Spark runtime runs (not in dry-run).");
+    return;
+  }
+  const fragments = answer.body.fragments || [];
+  if (!fragments.length) { box.append("No fragment runs."); return; }
+  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["fragment", "status", "rows/s", "batch ms", "lag", "last minutes"].map((h) => el("th", {}, h)))));
+  const body = el("tbody");
+  for (const fragment of fragments) {
+    const history = (ui.history[fragment.id] ||= []);
+    history.push(Number(fragment.input_rows_per_s || 0));
+    if (history.length > 90) history.shift();
+    body.append(el("tr", { "data-fragment": fragment.id }, el("td", {}, fragment.id), el("td", {}, fragment.status), el("td", {}, fragment.input_rows_per_s ?? "–"),
+      el("td", {}, fragment.batch_duration_ms ?? "–"), el("td", {}, fragment.lag ?? "–"), el("td", {}, sparkline(history))));
+  }
+  table.append(body);
+  box.append(table);
+}
+
+function renderSkew(answer) {
+  const box = $("skew-body");
+  box.replaceChildren();
+  if (!answer.ok) { box.append("Skew metrics appear when keyed operators run on the Spark runtime."); return; }
+  const operators = answer.body.operators || [];
+  if (!operators.length) { box.append("No keyed operator runs."); return; }
+  for (const op of operators) {
+    box.append(el("h3", {}, `${op.task}: ${op.workers.length} workers`));
+    box.append(el("div", {}, op.workers.map((w) => `${w.id}:${w.load}`).join("  ")));
+    for (const pair of op.pairs || []) box.append(el("div", {}, `${pair.skewed} → helper ${pair.helper}, ratio ${pair.ratio}`));
+  }
+}
+
+function renderWan(answer) {
+  const box = $("wan-body");
+  box.replaceChildren();
+  if (!answer.ok) { box.append("No WAN configuration: every equivalent task is shared."); return; }
+  const links = answer.body.links || [];
+  box.append(el("div", {}, `sites: ${(answer.body.sites || []).map((s) => s.name || s.id || s).join(", ")}`));
+  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["link", "Mbps", "used", "streams"].map((h) => el("th", {}, h)))));
+  const body = el("tbody");
+  for (const link of links) {
+    body.append(el("tr", {}, el("td", {}, `${link.from} → ${link.to}`), el("td", {}, link.bandwidth_mbps ?? "–"),
+      el("td", {}, link.utilization !== undefined ? `${Math.round(100 * link.utilization)}%` : "–"), el("td", {}, (link.streams || []).length)));
+  }
+  table.append(body);
+  box.append(table);
+}
+
+// ---- refresh loop ----------------------------------------------------------
+
+async function refresh() {
+  try {
+    const [health, stats, flows, running, fragments, skew, wan] = await Promise.all([
+      getJson("/healthz"), getJson("/stats"), getJson("/dataflows"), getJson("/running"),
+      getJson("/fragments"), getJson("/skew"), getJson("/wan"),
+    ]);
+    const badge = $("health");
+    badge.textContent = health.body ? health.body.status : "unreachable";
+    badge.className = `badge ${health.body ? health.body.status : "degraded"}`;
+    badge.title = health.body ? JSON.stringify(health.body.components, null, 1) : "";
+    if (stats.ok) renderStats(stats.body);
+    if (flows.ok) renderDataflows(flows.body.dataflows);
+    if (running.ok) renderDags(running.body.dags);
+    renderFragments(fragments);
+    renderSkew(skew);
+    renderWan(wan);
+    $("refreshed").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  } catch (error) {
+    $("health").textContent = "unreachable";
+    $("health").className = "badge degraded";
+  }
+}
+
+$("submit").addEventListener("click", submitDocument);
+$("document").addEventListener("input", () => showDocumentTasks($("document").value, null));
+$("upload").addEventListener("change", async (event) => {
+  const file = event.target.files[0];
+  if (file) {
+    $("document").value = await file.text();
+    showDocumentTasks($("document").value, null);
+  }
+});
+refresh();
+setInterval(refresh, REFRESH_MS);

@@ -1,0 +1,85 @@
+"""The admin inspector in headless Chromium (Debian's /usr/bin/chromium driven by Playwright)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from api.app import create_app
+from tests.fixtures.services import ServerThread
+
+pytestmark = [pytest.mark.browser, pytest.mark.redis]
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+DOCS = Path(__file__).parents[2] / "docs"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def page(settings_factory):
+    assert Path(CHROMIUM).exists(), "Chromium is missing: scripts/setup.sh installs Debian's chromium package"
+    with ServerThread(create_app(settings_factory())) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            tab = browser.new_page(viewport={"width": 1500, "height": 1300})
+            tab.goto(url + "/")
+            yield tab
+        finally:
+            browser.close()
+
+
+def _submit(page, document: dict | str) -> None:
+    page.fill("#document", document if isinstance(document, str) else json.dumps(document, indent=2))
+    page.click("#submit")
+
+
+def test_submit_see_graph_and_reuse_then_error_then_remove(page, tmp_path):
+    expect(page.locator("#health")).to_have_text("ok")
+    expect(page.locator("#running-tasks")).to_have_text("0")
+
+    _submit(page, json.loads((EXAMPLES / "riot-etl.json").read_text()))
+    expect(page.locator("#submit-result")).to_contain_text("Submitted df-1: 0 task(s) reused, 6 created")
+    expect(page.locator("svg .node")).to_have_count(6)
+    expect(page.locator("#running-tasks")).to_have_text("6")
+
+    _submit(page, json.loads((EXAMPLES / "riot-stats.json").read_text()))
+    expect(page.locator("#submit-result")).to_contain_text("Submitted df-2: 2 task(s) reused, 4 created")
+    expect(page.locator("svg .node")).to_have_count(10)
+    expect(page.locator("#submitted-tasks")).to_have_text("12")
+    expect(page.locator("#saving")).to_have_text("16.67%")
+    expect(page.locator('svg .node[data-users="2"]')).to_have_count(2)
+    expect(page.locator('#histogram rect[data-users="2"]')).to_have_count(1)
+    # the new dataflow is selected: its tasks are highlighted, the others dimmed
+    expect(page.locator("svg .node.highlight")).to_have_count(6)
+    expect(page.locator("svg .node.dim")).to_have_count(4)
+    expect(page.locator("#selection")).to_contain_text("urban-stats-avg")
+
+    bad = json.loads((EXAMPLES / "riot-etl.json").read_text())
+    bad["tasks"][2]["config"]["expr"] = "valeu > 3"
+    _submit(page, bad)
+    expect(page.locator("#submit-result")).to_contain_text("422 OPERATOR_CONFIG_INVALID: task 'range' (filter) config.expr")
+    expect(page.locator("#document-tasks li.culprit")).to_have_text("range: filter")
+    expect(page.locator("#running-tasks")).to_have_text("10")
+
+    page.locator("tr[data-id='df-1'] td").first.click()
+    expect(page.locator("tr.selected")).to_have_attribute("data-id", "df-1")
+    stamp = page.locator("#refreshed").inner_text()
+    expect(page.locator("#refreshed")).not_to_have_text(stamp, timeout=15_000)  # a refresh happened...
+    expect(page.locator("tr.selected")).to_have_attribute("data-id", "df-1")  # ...and kept the selection
+    expect(page.locator("svg .node.highlight")).to_have_count(6)
+    page.screenshot(path=str(tmp_path / "inspector.png"), full_page=True)
+    if os.environ.get("SANA_DOCS_SCREENSHOT"):
+        page.screenshot(path=str(DOCS / "img" / "inspector.png"), full_page=True)
+
+    page.click("button.remove[data-id='df-1']")
+    expect(page.locator("#submit-result")).to_contain_text("Removed df-1; stopped 4 running task(s).")
+    expect(page.locator("svg .node")).to_have_count(6)
+    expect(page.locator("#dataflow-rows tr")).to_have_count(1)
+    assert (tmp_path / "inspector.png").stat().st_size > 10_000
