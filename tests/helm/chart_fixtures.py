@@ -155,3 +155,16 @@ def render_chart(chart: helm_python.Chart) -> Callable[..., Rendered]:
 def scenario(request: pytest.FixtureRequest, render_chart: Callable[..., Rendered]) -> tuple[str, Rendered]:
     """Each major option of the chart, rendered once per session."""
     return request.param, render_chart(SCENARIOS[request.param])
+
+# Every SANA_* setting the manager pod carries (SANA_EMBEDDED_KAFKA_PORT is only for `sana up`).
+SANA_SETTINGS_IN_POD = {
+    "SANA_REDIS_URL",
+    "SANA_STATE_PREFIX",
+    "SANA_KAFKA_BOOTSTRAP",
+    "SANA_SPARK_MASTER",
+    "SANA_DRY_RUN",
+    "SANA_API_HOST",
+    "SANA_API_PORT",
+    "SANA_CHECKPOINT_DIR",
+    "SANA_RUN_DIR",
+}

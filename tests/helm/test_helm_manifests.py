@@ -11,20 +11,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.helm.chart_fixtures import KUBE_VERSION, NAMESPACE, RELEASE, SCENARIOS
+from tests.helm.chart_fixtures import KUBE_VERSION, NAMESPACE, RELEASE, SANA_SETTINGS_IN_POD, SCENARIOS
 
 FULLNAME = f"{RELEASE}-sana"
-SANA_SETTINGS_IN_POD = {
-    "SANA_REDIS_URL",
-    "SANA_STATE_PREFIX",
-    "SANA_KAFKA_BOOTSTRAP",
-    "SANA_SPARK_MASTER",
-    "SANA_DRY_RUN",
-    "SANA_API_HOST",
-    "SANA_API_PORT",
-    "SANA_CHECKPOINT_DIR",
-    "SANA_RUN_DIR",
-}
 RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding"}
 EXECUTOR_RESOURCES = {"pods", "services", "configmaps", "persistentvolumeclaims"}
 

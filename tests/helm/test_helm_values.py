@@ -8,7 +8,7 @@ import helm_python
 import pytest
 import yaml
 
-from tests.helm.chart_fixtures import CHART_DIR, SCENARIOS
+from tests.helm.chart_fixtures import CHART_DIR, SANA_SETTINGS_IN_POD, SCENARIOS
 
 WARNING = 2  # helm lint severities: 1 info, 2 warning, 3 error
 
@@ -37,17 +37,7 @@ def test_chart_metadata(chart):
 
 def test_values_yaml_documents_every_setting():
     text = (CHART_DIR / "values.yaml").read_text()
-    for variable in (
-        "SANA_REDIS_URL",
-        "SANA_STATE_PREFIX",
-        "SANA_KAFKA_BOOTSTRAP",
-        "SANA_SPARK_MASTER",
-        "SANA_DRY_RUN",
-        "SANA_API_HOST",
-        "SANA_API_PORT",
-        "SANA_CHECKPOINT_DIR",
-        "SANA_RUN_DIR",
-    ):
+    for variable in sorted(SANA_SETTINGS_IN_POD):
         assert len(re.findall(rf"{variable}\b", text)) >= 2, f"values.yaml: {variable} is not documented at its value"
 
 
