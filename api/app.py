@@ -24,7 +24,7 @@ from api.health import check_redis
 from api.services import Services, build_services
 from manager.document import DataflowDocument
 from manager.exceptions import StateUnavailable
-from manager.service import Manager
+from manager.service import Manager, task_wan_fields
 from sana.errors import SanaError
 from sana.settings import Settings, get_settings
 
@@ -164,7 +164,8 @@ def _routes(app: FastAPI) -> None:
                 "dataflows": sorted(state.dag_dataflows(dag_id), key=_dag_order),
                 "tasks": [
                     {"id": t.id, "type": t.type, "config": t.config, "site": t.site, "fragment": t.fragment,
-                     "dataflows": sorted(state.users[t.id], key=_dag_order), "signature": t.signature, "schema": t.schema}
+                     "dataflows": sorted(state.users[t.id], key=_dag_order), "signature": t.signature, "schema": t.schema,
+                     **task_wan_fields(state, t.id)}
                     for t in tasks
                 ],
                 "streams": [{"from": parent, "to": t.id, "port": port} for t in tasks for port, parent in t.inputs],

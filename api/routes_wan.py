@@ -1,7 +1,56 @@
-"""WAN endpoints (sites, links, utilization) for the inspector: filled in with WAN-aware sharing (issue 6)."""
+"""WAN endpoints for the inspector's WAN panel and for operators (docs/wan.md, "REST API").
+
+- ``GET /wan``: the configuration, every link with its load, spare bandwidth,
+  utilization and the streams crossing it; 404 ``WAN_NOT_CONFIGURED`` without one.
+- ``PUT /wan``: set the configuration (validated; 422 naming the field); it
+  governs the submits that follow, running tasks stay where they are.
+- ``DELETE /wan``: remove it (every equivalent task is shared again).
+- ``GET /wan/links``: the links only.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+
+from manager.service import Manager
 
 router = APIRouter(tags=["wan"])
+
+_ERRORS = {404: {"description": "No WAN configuration"}, 422: {"description": "Invalid WAN configuration"},
+           503: {"description": "State unavailable"}}
+
+
+def _manager(request: Request) -> Manager:
+    return request.app.state.services.manager
+
+
+@router.get("/wan", responses=_ERRORS)
+def get_wan(request: Request) -> dict[str, Any]:
+    """The WAN configuration and the load of every link."""
+    return _manager(request).wan()
+
+
+@router.put("/wan", responses=_ERRORS,
+            openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}})
+async def put_wan(request: Request) -> dict[str, Any]:
+    """Replace the WAN configuration (sites, links, sources, sinks, selectivity)."""
+    body = await request.body()
+    manager = _manager(request)
+    await run_in_threadpool(manager.set_wan, body)
+    return await run_in_threadpool(manager.wan)
+
+
+@router.delete("/wan", responses=_ERRORS)
+def delete_wan(request: Request) -> dict[str, Any]:
+    """Remove the WAN configuration: every equivalent task is shared again."""
+    _manager(request).set_wan(None)
+    return {"configured": False}
+
+
+@router.get("/wan/links", responses=_ERRORS)
+def get_wan_links(request: Request) -> dict[str, Any]:
+    """Every link: capacity, latency, load, spare bandwidth, utilization and crossing streams."""
+    return _manager(request).wan_links()

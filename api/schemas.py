@@ -19,6 +19,9 @@ class SubmitResponse(BaseModel):
     reused: list[str] = Field(description="Submitted task ids served by tasks that were already running.")
     created: list[str] = Field(description="Submitted task ids that started new running tasks.")
     sinks: dict[str, SinkTarget]
+    sites: dict[str, str | None] = Field({}, description="Submitted task id -> site of its running task.")
+    not_shared: list[dict[str, Any]] = Field([], description="Equivalent tasks not shared for lack of bandwidth, with the link and the numbers.")
+    placement: dict[str, dict[str, Any]] = Field({}, description="How each new task was placed (WAN configuration only).")
 
 
 class DataflowSummary(BaseModel):
@@ -47,6 +50,8 @@ class RunningTaskOut(BaseModel):
     dataflows: list[str]
     signature: str
     schema_: dict[str, str] = Field(alias="schema", description="Output columns -> Spark SQL types.")
+    not_shared: list[dict[str, Any]] = Field([], description="Why an equivalent running task was not shared (WAN).")
+    equivalents: list[dict[str, Any]] = Field([], description="Equivalent tasks running at other sites (WAN).")
 
     model_config = ConfigDict(populate_by_name=True)
 

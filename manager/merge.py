@@ -5,17 +5,30 @@ Planning is pure: :func:`plan_merge` and :func:`plan_unmerge` read a
 :func:`apply_merge` and :func:`apply_unmerge` then change the state. The
 manager runs the plan on the runtime between the two, so a failed deployment
 leaves the state untouched.
+
+Without a WAN configuration every task is looked up by signature and shared
+when an equivalent task runs (the optimum). With one, the optimizer decides
+(Sana's Algorithms 1 and 2, :func:`optimizer.planner.plan_query`): a share the
+WAN cannot carry is refused, and the submitted task gets a running instance
+of its own at another site, recorded with the reason.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import Any
+
 from manager.exceptions import SinkTopicTaken
 from manager.model import Dataflow
-from manager.state import State, SubmittedDataflow
+from manager.state import RunningSet, State, SubmittedDataflow
+from optimizer.model import SANA, QueryTask
+from optimizer.planner import plan_query
+from optimizer.rates import estimate_rate
 from runtime.plan import Change, TaskSpec
 from scheduler.fragments import assign_fragments, default_site
+from wan_sim.exceptions import WanSiteUnknown
+from wan_sim.monitor import WanMonitor
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,10 @@ class MergePlan:
     boundary: tuple[tuple[str, str, str], ...]
     next_dataflow: int
     next_dag: int
+    signature_index: dict[str, str] = field(default_factory=dict)
+    placement: dict[str, dict[str, Any]] = field(default_factory=dict)
+    not_shared: tuple[dict[str, Any], ...] = ()
+    notes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def change(self) -> Change:
@@ -49,7 +66,8 @@ class UnmergePlan:
 
     ``terminated`` are stopped children first; ``splits`` moves tasks of a DAG
     that fell apart into new DAGs (task id -> new DAG id); ``dropped_dags`` are
-    DAGs left empty.
+    DAGs left empty; ``signature_index`` gives the new entry of every
+    signature that lost a running task (None: no task has it any more).
     """
 
     dataflow: SubmittedDataflow
@@ -57,6 +75,7 @@ class UnmergePlan:
     splits: dict[str, str] = field(default_factory=dict)
     dropped_dags: tuple[str, ...] = ()
     next_dag: int = 0
+    signature_index: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def change(self) -> Change:
@@ -77,49 +96,68 @@ def running_task_id(task_type: str, signature: str, *taken: dict[str, TaskSpec])
         length += 8
 
 
+def new_task_id(task_type: str, signature: str, site: str | None, *taken: dict[str, TaskSpec]) -> str:
+    """An id for a new running task that no running or planned task holds.
+
+    The content-derived id of :func:`running_task_id`; when another instance
+    of the same signature holds it (a share refused for bandwidth), the site
+    is appended, then a counter.
+    """
+    base = running_task_id(task_type, signature, *taken)
+    candidate, number = base, 2
+    while any(candidate in ids for ids in taken):
+        candidate = f"{base}-{site or 'nosite'}" if number == 2 else f"{base}-{site or 'nosite'}-{number - 1}"
+        number += 1
+    return candidate
+
+
+def find_instance(state: State, signature: str, inputs: tuple[tuple[str, str], ...]) -> str | None:
+    """The running task with ``signature`` that reads exactly ``inputs`` (the smallest id if several)."""
+    found = [task_id for task_id in state.instances.get(signature, ()) if state.tasks[task_id].inputs == inputs]
+    return min(found) if found else None
+
+
 def plan_merge(state: State, flow: Dataflow, submitted_at: float) -> MergePlan:
     """Plan the submission of a validated dataflow.
 
-    Each task is looked up by signature: a hit reuses the running task; a miss
-    creates one (a second task of the same submission with an equal signature
-    maps onto the first: de-duplication). The running DAGs that the new tasks
-    connect are merged, the largest keeping its id.
+    Without a WAN configuration each task is looked up by signature (among
+    the running tasks that read the same streams): a hit reuses the running
+    task; a miss creates one (a second task of the same submission with an
+    equal signature maps onto the first: de-duplication). With one, the
+    optimizer decides what to share and where new tasks run. The running DAGs
+    that the new tasks connect are merged, the largest keeping its id.
 
     Raises :class:`SinkTopicTaken` if a new sink would write a topic that a
-    running, non-equivalent sink writes.
+    running sink writes; :class:`~wan_sim.exceptions.WanSiteUnknown` when a
+    source's site is unknown to the WAN configuration;
+    :class:`~scheduler.exceptions.PlacementImpossible` when no site can run a task.
     """
-    task_map: dict[str, str] = {}
-    created_specs: dict[str, TaskSpec] = {}
     parents_of: dict[str, list[tuple[str, str]]] = {}
     for stream in flow.streams:
         parents_of.setdefault(stream.dst, []).append((stream.port, stream.src))
+    if state.wan is None:
+        task_map, created_specs = _share_everything(state, flow, parents_of)
+        placement: dict[str, dict[str, Any]] = {}
+        not_shared: list[dict[str, Any]] = []
+        notes: dict[str, list[dict[str, Any]]] = {}
+    else:
+        task_map, created_specs, placement, not_shared, notes = _share_by_wan(state, flow, parents_of)
 
     def site_of(task_id: str) -> str | None:
         spec = created_specs.get(task_id) or state.tasks[task_id]
         return spec.site
 
-    for task_id in flow.order:
-        signature = flow.signatures[task_id]
-        running = state.by_signature.get(signature)
-        if running is None:
-            task = flow.tasks[task_id]
-            running = running_task_id(task.type, signature, state.tasks, created_specs)
-            if running not in created_specs:
-                inputs = tuple(sorted((port, task_map[parent]) for port, parent in parents_of.get(task_id, [])))
-                site = task.site if task.type == "source" else default_site(task.site, [site_of(p) for _, p in inputs])
-                spec = TaskSpec(running, signature, task.type, task.config, site, inputs, "", flow.schemas[task_id])
-                created_specs[running] = spec
-                if task.type == "sink":
-                    _check_topic_free(state, task_id, spec)
-        task_map[task_id] = running
     reused = tuple(task_id for task_id in flow.order if task_map[task_id] in state.tasks)
     created = tuple(task_id for task_id in flow.order if task_map[task_id] not in state.tasks)
-
+    fragment_keys = (
+        {task_id: spec.signature for task_id, spec in created_specs.items()} if state.wan is None
+        else {task_id: f"{spec.signature}:{task_id}" for task_id, spec in created_specs.items()}
+    )
     fragments = assign_fragments(
         list(created_specs),
         {task_id: [parent for _, parent in spec.inputs] for task_id, spec in created_specs.items()},
         {task_id: site_of(task_id) for spec in created_specs.values() for task_id in [spec.id, *(p for _, p in spec.inputs)]},
-        {task_id: spec.signature for task_id, spec in created_specs.items()},
+        fragment_keys,
     )
     new_tasks = tuple(_with_fragment(spec, fragments[task_id]) for task_id, spec in created_specs.items())
     boundary = tuple(
@@ -141,6 +179,9 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float) -> MergePlan:
         tasks=task_map,
         sinks=sinks,
     )
+    index: dict[str, str] = {}
+    for spec in new_tasks:
+        index[spec.signature] = min(state.instances.get(spec.signature, set()) | {spec.id} | {index.get(spec.signature, spec.id)})
     return MergePlan(
         dataflow=submitted,
         reused=reused,
@@ -151,16 +192,165 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float) -> MergePlan:
         boundary=boundary,
         next_dataflow=state.next_dataflow + 1,
         next_dag=next_dag,
+        signature_index=index,
+        placement=placement,
+        not_shared=tuple(not_shared),
+        notes=notes,
     )
+
+
+def _share_everything(
+    state: State, flow: Dataflow, parents_of: dict[str, list[tuple[str, str]]]
+) -> tuple[dict[str, str], dict[str, TaskSpec]]:
+    """The manager's optimum: every task served by an equivalent running task when there is one."""
+    task_map: dict[str, str] = {}
+    created_specs: dict[str, TaskSpec] = {}
+    created_by_signature: dict[str, str] = {}
+
+    def site_of(task_id: str) -> str | None:
+        spec = created_specs.get(task_id) or state.tasks[task_id]
+        return spec.site
+
+    for task_id in flow.order:
+        signature = flow.signatures[task_id]
+        inputs = tuple(sorted((port, task_map[parent]) for port, parent in parents_of.get(task_id, [])))
+        running = find_instance(state, signature, inputs) or created_by_signature.get(signature)
+        if running is None:
+            task = flow.tasks[task_id]
+            site = task.site if task.type == "source" else default_site(task.site, [site_of(p) for _, p in inputs])
+            running = new_task_id(task.type, signature, site, state.tasks, created_specs)
+            spec = TaskSpec(running, signature, task.type, task.config, site, inputs, "", flow.schemas[task_id])
+            created_specs[running] = spec
+            created_by_signature[signature] = running
+            if task.type == "sink":
+                _check_topic_free(state, task_id, spec)
+        task_map[task_id] = running
+    return task_map, created_specs
+
+
+def _share_by_wan(state: State, flow: Dataflow, parents_of: dict[str, list[tuple[str, str]]]):
+    """Sana: the optimizer decides which equivalent tasks to share and where new ones run."""
+    wan = state.wan
+    first: dict[str, str] = {}
+    query: list[QueryTask] = []
+    rates: dict[str, float] = {}
+    for task_id in flow.order:
+        signature = flow.signatures[task_id]
+        if signature in first:
+            continue
+        first[signature] = task_id
+        task = flow.tasks[task_id]
+        inputs = tuple(sorted((port, first[flow.signatures[parent]]) for port, parent in parents_of.get(task_id, [])))
+        rates[task_id] = estimate_rate(task.type, task.config, [rates[parent] for _, parent in inputs], wan)
+        query.append(QueryTask(task_id, signature, task.type, inputs, rates[task_id], _pinned_site(flow, task_id, wan)))
+    forced = _forced_by_running_sinks(state, query)
+    plan = plan_query(query, RunningSet(state), WanMonitor(wan, state.link_load), SANA, forced)
+    task_map: dict[str, str] = {}
+    created_specs: dict[str, TaskSpec] = {}
+    placement: dict[str, dict[str, Any]] = {}
+    not_shared: list[dict[str, Any]] = []
+    notes: dict[str, list[dict[str, Any]]] = {}
+    by_id = {item.id: item for item in query}
+    for item in query:
+        decision = plan.decisions[item.id]
+        task = flow.tasks[item.id]
+        if decision.action == "reuse":
+            running = decision.running
+        else:
+            running = new_task_id(task.type, item.signature, decision.site, state.tasks, created_specs)
+            inputs = tuple(sorted((port, task_map[parent]) for port, parent in by_id[item.id].inputs))
+            spec = TaskSpec(running, item.signature, task.type, task.config, decision.site, inputs, "", flow.schemas[item.id])
+            created_specs[running] = spec
+            if task.type == "sink":
+                _check_topic_free(state, item.id, spec, any_writer=True)
+            refused = [refusal for refusal in decision.refused if refusal.kind == "IN-OP"]
+            if refused:
+                notes[running] = [refusal.to_dict() for refusal in refused]
+                for refusal in refused:
+                    not_shared.append({
+                        "task": item.id,
+                        "running_task": running,
+                        "site": decision.site,
+                        "equivalent": refusal.candidate,
+                        "equivalent_site": refusal.site,
+                        "link": {"from": refusal.link[0], "to": refusal.link[1]},
+                        "needed_mbps": round(refusal.needed_mbps, 6),
+                        "available_mbps": round(refusal.available_mbps, 6) if refusal.available_mbps > -1e300 else None,
+                        "reason": refusal.reason,
+                    })
+        task_map[item.id] = running
+        placement[item.id] = {"running_task": running, **decision.to_dict()}
+    for task_id in flow.order:
+        task_map[task_id] = task_map[first[flow.signatures[task_id]]]
+    return task_map, created_specs, placement, not_shared, notes
+
+
+def _pinned_site(flow: Dataflow, task_id: str, wan) -> str | None:
+    """Where a task must run: a source at its origin, a sink at its configured site, any declared site."""
+    task = flow.tasks[task_id]
+    site = task.site
+    if task.type == "source" and site is None:
+        origin = wan.source_origin(str(task.config.get("topic")))
+        site = origin.site if origin else None
+        if site is None:
+            raise WanSiteUnknown(
+                f"source {task_id!r} reads topic {task.config.get('topic')!r}, whose site is unknown: declare its site "
+                f"or add the topic to the WAN configuration's sources",
+                culprit={"task": task_id, "field": "site"},
+            )
+    if task.type == "sink" and site is None:
+        site = wan.sinks.get(str(task.config.get("topic")))
+    if site is not None and not wan.has_site(site):
+        raise WanSiteUnknown(
+            f"task {task_id!r} names site {site!r}, which the WAN configuration does not have "
+            f"(sites: {', '.join(wan.site_names)})",
+            culprit={"task": task_id, "field": "site"},
+        )
+    if site is not None and task.type not in ("source", "sink") and not wan.can_compute(site):
+        raise WanSiteUnknown(f"task {task_id!r} ({task.type}) is placed at {site!r}, where nothing can compute",
+                             culprit={"task": task_id, "field": "site"})
+    return site
+
+
+def _forced_by_running_sinks(state: State, query: list[QueryTask]) -> dict[str, str]:
+    """Query tasks that must reuse the ancestors of an equivalent running sink.
+
+    That sink's output exists already; planning the query's copy elsewhere
+    would make a second writer of the same topic.
+    """
+    by_id = {item.id: item for item in query}
+    forced: dict[str, str] = {}
+
+    def force(task_id: str, running: str) -> None:
+        if task_id in forced:
+            return
+        forced[task_id] = running
+        spec = state.tasks[running]
+        for port, parent in by_id[task_id].inputs:
+            wanted = by_id[parent].signature
+            match = next((rid for rport, rid in spec.inputs if rport == port and state.tasks[rid].signature == wanted), None)
+            if match is not None:
+                force(parent, match)
+
+    for item in query:
+        if item.type == "sink" and state.instances.get(item.signature):
+            force(item.id, min(state.instances[item.signature]))
+    return forced
 
 
 def _with_fragment(spec: TaskSpec, fragment: str) -> TaskSpec:
     return TaskSpec(spec.id, spec.signature, spec.type, spec.config, spec.site, spec.inputs, fragment, spec.schema)
 
 
-def _check_topic_free(state: State, submitted_id: str, sink: TaskSpec) -> None:
+def _check_topic_free(state: State, submitted_id: str, sink: TaskSpec, any_writer: bool = False) -> None:
     topic = sink.config["topic"]
     writer = state.sink_topics.get(topic)
+    if writer is not None and any_writer and writer != sink.id and state.tasks[writer].signature == sink.signature:
+        raise SinkTopicTaken(
+            f"sink {submitted_id!r} writes topic {topic!r}, which running sink {writer!r} already writes from "
+            f"another instance of the same computation; a second writer would duplicate its records",
+            culprit={"task": submitted_id, "field": "config.topic"},
+        )
     if writer is not None and writer != sink.id:
         users = ", ".join(sorted(state.users.get(writer, ())))
         raise SinkTopicTaken(
@@ -222,6 +412,8 @@ def apply_merge(state: State, plan: MergePlan) -> None:
             state.set_dag(task_id, target)
     for spec in plan.new_tasks:
         state.add_task(spec, plan.new_task_dag[spec.id])
+    for task_id, notes in plan.notes.items():
+        state.not_shared[task_id] = list(notes)
     flow = plan.dataflow
     for task_id in flow.running_ids():
         state.users[task_id].add(flow.id)
@@ -260,7 +452,11 @@ def plan_unmerge(state: State, dataflow_id: str) -> UnmergePlan:
             new_id = f"dag-{next_dag}"
             next_dag += 1
             splits.update({task_id: new_id for task_id in members})
-    return UnmergePlan(flow, terminated, splits, tuple(dropped), next_dag)
+    index: dict[str, str | None] = {}
+    for spec in terminated:
+        remaining = state.instances[spec.signature] - doomed
+        index[spec.signature] = min(remaining) if remaining else None
+    return UnmergePlan(flow, terminated, splits, tuple(dropped), next_dag, index)
 
 
 def apply_unmerge(state: State, plan: UnmergePlan) -> None:

@@ -16,7 +16,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -29,6 +30,9 @@ from manager.store import StaleState, Store
 from manager.validate import parse_dataflow
 from runtime.base import Runtime
 from runtime.exceptions import RuntimeFailure
+from wan_sim.exceptions import WanNotConfigured
+from wan_sim.monitor import WanMonitor
+from wan_sim.topology import WanConfig, load_wan_config, parse_wan_config
 
 log = logging.getLogger("sana.manager")
 
@@ -37,6 +41,11 @@ _REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 @dataclass(frozen=True)
 class SubmitResult:
+    """What a submit did. ``sites`` maps submitted task ids to the site of their running task;
+    ``not_shared`` lists the tasks that got a running task of their own although an equivalent
+    one runs, with the link and the numbers that made Algorithm 1 refuse the share; ``placement``
+    says, with a WAN configuration, which rule placed each task."""
+
     id: str
     name: str
     tasks: dict[str, str]
@@ -44,16 +53,24 @@ class SubmitResult:
     created: list[str]
     sinks: dict[str, dict[str, str]]
     started: list[str]
+    sites: dict[str, str | None] = field(default_factory=dict)
+    not_shared: list[dict[str, Any]] = field(default_factory=list)
+    placement: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        result = {
             "id": self.id,
             "name": self.name,
             "tasks": self.tasks,
             "reused": self.reused,
             "created": self.created,
             "sinks": self.sinks,
+            "sites": self.sites,
+            "not_shared": self.not_shared,
         }
+        if self.placement:
+            result["placement"] = self.placement
+        return result
 
 
 @dataclass(frozen=True)
@@ -68,10 +85,19 @@ class RemoveResult:
 class Manager:
     """The reuse manager over one Redis prefix and one runtime."""
 
-    def __init__(self, client: redis.Redis, prefix: str, runtime: Runtime, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str,
+        runtime: Runtime,
+        clock: Callable[[], float] = time.time,
+        wan_config: str | Path | None = None,
+    ):
+        """``wan_config`` names a WAN configuration file (``SANA_WAN_CONFIG``), applied at :meth:`start`."""
         self.store = Store(client, prefix)
         self.runtime = runtime
         self.clock = clock
+        self.wan_config = wan_config
         self.state = State()
         self._mutex = threading.RLock()
         self._loaded = False
@@ -88,6 +114,11 @@ class Manager:
             self.runtime.reconcile(self.state.tasks)
             if pending is not None:
                 self.store.clear_pending()
+            if self.wan_config:
+                wan = load_wan_config(self.wan_config)
+                if self.state.wan is None or self.state.wan.to_dict() != wan.to_dict():
+                    log.info("applying the WAN configuration in %s", self.wan_config)
+                    self._commit_wan(wan)
 
     def close(self) -> None:
         self.runtime.close()
@@ -106,6 +137,7 @@ class Manager:
             version = self._deploy_and_commit(plan.change, lambda: self.store.commit_merge(plan, self.state), plan.dataflow.id)
             merge.apply_merge(self.state, plan)
             self.state.version = version
+            sites = {task_id: self.state.tasks[running].site for task_id, running in plan.dataflow.tasks.items()}
         flow_record = plan.dataflow
         return SubmitResult(
             id=flow_record.id,
@@ -115,6 +147,9 @@ class Manager:
             created=list(plan.created),
             sinks=flow_record.sinks,
             started=[spec.id for spec in plan.new_tasks],
+            sites=sites,
+            not_shared=list(plan.not_shared),
+            placement=dict(plan.placement),
         )
 
     def remove(self, dataflow_id: str) -> RemoveResult:
@@ -128,6 +163,58 @@ class Manager:
             merge.apply_unmerge(self.state, plan)
             self.state.version = version
         return RemoveResult(id=dataflow_id, terminated=[spec.id for spec in plan.terminated])
+
+    # -- the WAN configuration ---------------------------------------------------
+
+    def set_wan(self, document: dict[str, Any] | str | bytes | None) -> WanConfig | None:
+        """Validate and store a WAN configuration (None removes it); it governs the submits that follow.
+
+        Running tasks are not moved or restarted. Raises
+        :class:`~wan_sim.exceptions.WanConfigInvalid` naming the field at fault.
+        """
+        wan = None if document is None else parse_wan_config(document)
+        with self._guard(), self._mutex, self.store.lock():
+            self._sync()
+            self._commit_wan(wan)
+        return wan
+
+    def _commit_wan(self, wan: WanConfig | None) -> None:
+        version = self.store.commit_wan(wan, self.state)
+        self.state.set_wan(wan)
+        self.state.version = version
+
+    def wan(self) -> dict[str, Any]:
+        """The WAN configuration with every link's load, spare bandwidth and utilization (``GET /wan``).
+
+        Raises :class:`~wan_sim.exceptions.WanNotConfigured` without one.
+        """
+        state = self.snapshot()
+        if state.wan is None:
+            raise WanNotConfigured("no WAN configuration: every equivalent task is shared (PUT /wan or SANA_WAN_CONFIG sets one)")
+        document = state.wan.to_dict()
+        document["links"] = self.wan_links()["links"]
+        document["configured"] = True
+        return document
+
+    def wan_links(self) -> dict[str, Any]:
+        """Every link: capacity, latency, the load of the running streams crossing it, and those streams."""
+        state = self.snapshot()
+        if state.wan is None:
+            raise WanNotConfigured("no WAN configuration: no link is modelled")
+        streams: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for producer, sites in state.arrivals.items():
+            source_site = state.tasks[producer].site
+            for site, consumers in sites.items():
+                streams.setdefault((source_site, site), []).append({
+                    "producer": producer,
+                    "rate_mbps": round(state.rates.get(producer, 0.0), 6),
+                    "consumers": sorted(consumers),
+                })
+        rows = WanMonitor(state.wan, state.link_load).report()
+        for row in rows:
+            row["streams"] = sorted(streams.get((row["from"], row["to"]), []), key=lambda item: item["producer"])
+        total = sum(row["load_mbps"] for row in rows)
+        return {"links": rows, "total_load_mbps": round(total, 6)}
 
     def _deploy_and_commit(self, change, commit: Callable[[], int], what: str) -> int:
         self.store.mark_pending({"reason": change.reason, "start": [t.id for t in change.start], "stop": [t.id for t in change.stop]})
@@ -218,3 +305,18 @@ class _RedisGuard:
             where = f"{location.get('host', '?')}:{location.get('port', '?')}"
             raise StateUnavailable(f"Redis at {where} does not answer: {error}") from error
         return False
+
+
+def task_wan_fields(state: State, task_id: str) -> dict[str, Any]:
+    """Extra fields of a running task for ``GET /running``.
+
+    ``not_shared``: the refused shares that made this task start (each with
+    the equivalent task, the link and the numbers); ``equivalents``: the
+    other running tasks with the same signature (at other sites).
+    """
+    task = state.tasks[task_id]
+    others = sorted(state.instances.get(task.signature, set()) - {task_id})
+    return {
+        "not_shared": state.not_shared.get(task_id, []),
+        "equivalents": [{"id": other, "site": state.tasks[other].site} for other in others],
+    }

@@ -2,15 +2,24 @@
 
 Redis is the durable copy (:mod:`manager.store`); this is the working copy the
 pure merge/unmerge functions read. Indexes are kept so that a submit costs a
-lookup per task, whatever the number of unrelated running dataflows.
+lookup per task, whatever the number of unrelated running dataflows; with a
+WAN configuration, so is the load each link carries (updated as tasks come and
+go, never recomputed on a submit).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from optimizer.model import RunningTask
+from optimizer.rates import estimate_rate
 from runtime.plan import TaskSpec
+from wan_sim.topology import WanConfig
+
+#: Link loads closer to zero than this are zero (float residue of adding and removing rates).
+LOAD_EPSILON = 1e-9
 
 
 @dataclass
@@ -48,13 +57,21 @@ class SubmittedDataflow:
 class State:
     """Submitted dataflows, running tasks and the indexes over them.
 
-    - ``by_signature``: signature -> running task id (the signature index);
+    - ``by_signature``: signature -> running task id (the signature index; with
+      several running instances of a signature, the smallest id);
+    - ``instances``: signature -> every running task with it (more than one
+      only where a WAN share was refused, at different sites or on other inputs);
     - ``users``: running task id -> dataflows whose sinks' ancestor graphs hold it
       (its reference count is the size);
     - ``children``: running task id -> running tasks reading its output;
     - ``dag_of`` / ``dag_members``: the running DAGs (connected components);
     - ``fragments``: fragment id -> running task ids;
-    - ``sink_topics``: topic -> the running sink task writing it.
+    - ``sink_topics``: topic -> the running sink task writing it;
+    - ``wan``: the WAN configuration, or None (then every equivalent task is shared);
+    - ``rates``: estimated output Mbps of every running task (with ``wan``);
+    - ``arrivals``: producer -> other site -> its consumers there (the routers);
+    - ``link_load``: (site, site) -> Mbps its crossing streams demand;
+    - ``not_shared``: running task -> the refused shares that made it start.
     """
 
     dataflows: dict[str, SubmittedDataflow] = field(default_factory=dict)
@@ -66,6 +83,12 @@ class State:
     dag_members: dict[str, set[str]] = field(default_factory=dict)
     fragments: dict[str, set[str]] = field(default_factory=dict)
     sink_topics: dict[str, str] = field(default_factory=dict)
+    instances: dict[str, set[str]] = field(default_factory=dict)
+    wan: WanConfig | None = None
+    rates: dict[str, float] = field(default_factory=dict)
+    arrivals: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    link_load: dict[tuple[str, str], float] = field(default_factory=dict)
+    not_shared: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     next_dataflow: int = 1
     next_dag: int = 1
     version: int = 0
@@ -74,7 +97,13 @@ class State:
 
     def add_task(self, task: TaskSpec, dag: str) -> None:
         self.tasks[task.id] = task
-        self.by_signature[task.signature] = task.id
+        same = self.instances.setdefault(task.signature, set())
+        same.add(task.id)
+        self.by_signature[task.signature] = min(same)
+        if self.wan is not None:
+            self.rates[task.id] = estimate_rate(task.type, task.config, [self.rates.get(p, 0.0) for _, p in task.inputs], self.wan)
+            for _, parent in task.inputs:
+                self._attach(parent, task)
         self.users.setdefault(task.id, set())
         self.children.setdefault(task.id, set())
         for _, parent in task.inputs:
@@ -85,8 +114,21 @@ class State:
         self.set_dag(task.id, dag)
 
     def drop_task(self, task_id: str) -> TaskSpec:
-        task = self.tasks.pop(task_id)
-        del self.by_signature[task.signature]
+        task = self.tasks[task_id]
+        if self.wan is not None:
+            for _, parent in task.inputs:
+                self._detach(parent, task)
+        del self.tasks[task_id]
+        same = self.instances[task.signature]
+        same.discard(task_id)
+        if same:
+            self.by_signature[task.signature] = min(same)
+        else:
+            del self.instances[task.signature]
+            del self.by_signature[task.signature]
+        self.rates.pop(task_id, None)
+        self.arrivals.pop(task_id, None)
+        self.not_shared.pop(task_id, None)
         del self.users[task_id]
         self.children.pop(task_id, None)
         for _, parent in task.inputs:
@@ -115,6 +157,49 @@ class State:
         self.dag_of[task_id] = dag
         self.dag_members.setdefault(dag, set()).add(task_id)
 
+    # -- the WAN ledger ----------------------------------------------------------
+
+    def set_wan(self, wan: WanConfig | None) -> None:
+        """Adopt a WAN configuration (or drop it): recompute rates, arrivals and link loads once."""
+        self.wan = wan
+        self.rates, self.arrivals, self.link_load = {}, {}, {}
+        if wan is None:
+            return
+        for task_id in parents_first(self.tasks):
+            task = self.tasks[task_id]
+            self.rates[task_id] = estimate_rate(task.type, task.config, [self.rates[p] for _, p in task.inputs], wan)
+            for _, parent in task.inputs:
+                self._attach(parent, task)
+
+    def _attach(self, parent: str, consumer: TaskSpec) -> None:
+        """A stream from ``parent`` to ``consumer``: it crosses when their sites differ, once per site."""
+        site, parent_site = consumer.site, self.tasks[parent].site
+        if site is None or parent_site is None or site == parent_site:
+            return
+        consumers = self.arrivals.setdefault(parent, {}).setdefault(site, set())
+        if not consumers:
+            link = (parent_site, site)
+            self.link_load[link] = self.link_load.get(link, 0.0) + self.rates.get(parent, 0.0)
+        consumers.add(consumer.id)
+
+    def _detach(self, parent: str, consumer: TaskSpec) -> None:
+        site, parent_site = consumer.site, self.tasks[parent].site
+        sites = self.arrivals.get(parent)
+        if site is None or sites is None or site not in sites:
+            return
+        sites[site].discard(consumer.id)
+        if sites[site]:
+            return
+        del sites[site]
+        if not sites:
+            del self.arrivals[parent]
+        link = (parent_site, site)
+        load = self.link_load.get(link, 0.0) - self.rates.get(parent, 0.0)
+        if abs(load) < LOAD_EPSILON:
+            self.link_load.pop(link, None)
+        else:
+            self.link_load[link] = load
+
     # -- read views ------------------------------------------------------------
 
     def dag_dataflows(self, dag: str) -> set[str]:
@@ -133,3 +218,62 @@ class State:
 
     def submitted_tasks(self) -> int:
         return sum(len(flow.tasks) for flow in self.dataflows.values())
+
+
+def parents_first(tasks: Mapping[str, TaskSpec]) -> list[str]:
+    """Ids of ``tasks`` ordered so that every task comes after its inputs (inputs outside are ignored)."""
+    pending = {task_id: sum(1 for _, parent in task.inputs if parent in tasks) for task_id, task in tasks.items()}
+    children: dict[str, list[str]] = {}
+    for task_id, task in tasks.items():
+        for _, parent in task.inputs:
+            children.setdefault(parent, []).append(task_id)
+    ready = sorted(task_id for task_id, count in pending.items() if count == 0)
+    order: list[str] = []
+    while ready:
+        task_id = ready.pop()
+        order.append(task_id)
+        for child in children.get(task_id, ()):
+            pending[child] -= 1
+            if pending[child] == 0:
+                ready.append(child)
+    return order
+
+
+class RunningSet:
+    """The running set as the optimizer reads it (:class:`optimizer.model.RunningView`).
+
+    Tasks started before a WAN configuration existed have no site; they are
+    located where their data is: a source at its topic's configured origin,
+    another task at its first input's site.
+    """
+
+    def __init__(self, state: State) -> None:
+        self._state = state
+        self._sites: dict[str, str | None] = {}
+
+    def site(self, task_id: str) -> str | None:
+        if task_id not in self._sites:
+            task = self._state.tasks[task_id]
+            site = task.site
+            if site is None and task.type == "source" and self._state.wan is not None:
+                origin = self._state.wan.source_origin(str(task.config.get("topic")))
+                site = origin.site if origin else None
+            elif site is None and task.inputs:
+                site = self.site(task.inputs[0][1])
+            self._sites[task_id] = site
+        return self._sites[task_id]
+
+    def instances(self, signature: str) -> Iterable[RunningTask]:
+        result = []
+        for task_id in sorted(self._state.instances.get(signature, ())):
+            if self.site(task_id) is not None:
+                result.append(self.task(task_id))
+        return result
+
+    def task(self, task_id: str) -> RunningTask:
+        spec = self._state.tasks[task_id]
+        return RunningTask(spec.id, spec.signature, spec.type, self.site(task_id) or "", spec.inputs,
+                           self._state.rates.get(task_id, 0.0))
+
+    def arrivals(self, task_id: str) -> Mapping[str, Iterable[str]]:
+        return self._state.arrivals.get(task_id, {})

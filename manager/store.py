@@ -8,6 +8,8 @@ Layout (``p`` is the prefix):
 - ``p:signatures``  hash: signature -> running task id (the signature index)
 - ``p:refcounts``   hash: running task id -> number of dataflows using it
 - ``p:task_dag``    hash: running task id -> running DAG id
+- ``p:wan``         string: the WAN configuration (JSON), absent without one
+- ``p:wan_notes``   hash: running task id -> JSON list of the refused shares that made it start
 - ``p:lock``        the writer lock; ``p:pending`` the change being deployed
 
 Every change is one MULTI/EXEC transaction guarded by ``WATCH p:meta``, so a
@@ -30,6 +32,8 @@ from manager.exceptions import StateBusy, StateCorrupt
 from manager.merge import MergePlan, UnmergePlan
 from manager.state import State, SubmittedDataflow
 from runtime.plan import TaskSpec
+from wan_sim.exceptions import WanConfigInvalid
+from wan_sim.topology import WanConfig, parse_wan_config
 
 LOCK_TTL_MS = 120_000
 LOCK_WAIT_S = 30.0
@@ -56,6 +60,8 @@ class Store:
         self.signatures = f"{prefix}:signatures"
         self.refcounts = f"{prefix}:refcounts"
         self.task_dag = f"{prefix}:task_dag"
+        self.wan = f"{prefix}:wan"
+        self.wan_notes = f"{prefix}:wan_notes"
         self.lock_key = f"{prefix}:lock"
         self.pending = f"{prefix}:pending"
         self._release = client.register_script(_RELEASE)
@@ -98,8 +104,15 @@ class Store:
             pipe.hgetall(self.signatures)
             pipe.hgetall(self.refcounts)
             pipe.hgetall(self.task_dag)
-            meta, flows, tasks, sigs, refs, task_dag = pipe.execute()
+            pipe.get(self.wan)
+            pipe.hgetall(self.wan_notes)
+            meta, flows, tasks, sigs, refs, task_dag, wan, notes = pipe.execute()
         state = State()
+        if wan is not None:
+            try:
+                state.wan = parse_wan_config(wan)
+            except WanConfigInvalid as error:
+                raise StateCorrupt(f"the WAN configuration in {self.wan!r} does not validate: {error.message}") from None
         state.version = int(meta.get(b"version", 0))
         state.next_dataflow = int(meta.get(b"next_dataflow", 1))
         state.next_dag = int(meta.get(b"next_dag", 1))
@@ -116,6 +129,11 @@ class Store:
                 if task_id not in state.users:
                     raise StateCorrupt(f"dataflow {flow.id!r} maps onto {task_id!r}, which is not running")
                 state.users[task_id].add(flow.id)
+        for key, value in notes.items():
+            task_id = key.decode()
+            if task_id not in state.tasks:
+                raise StateCorrupt(f"{self.wan_notes!r} explains {task_id!r}, which is not running")
+            state.not_shared[task_id] = json.loads(value)
         stored_refs = {key.decode(): int(value) for key, value in refs.items()}
         actual_refs = {task_id: len(users) for task_id, users in state.users.items()}
         if stored_refs != actual_refs:
@@ -145,7 +163,9 @@ class Store:
             flow = plan.dataflow
             if plan.new_tasks:
                 pipe.hset(self.tasks, mapping={spec.id: json.dumps(spec.to_dict()) for spec in plan.new_tasks})
-                pipe.hset(self.signatures, mapping={spec.signature: spec.id for spec in plan.new_tasks})
+                pipe.hset(self.signatures, mapping=plan.signature_index)
+            if plan.notes:
+                pipe.hset(self.wan_notes, mapping={task_id: json.dumps(notes) for task_id, notes in plan.notes.items()})
             moved = {spec.id: plan.new_task_dag[spec.id] for spec in plan.new_tasks}
             for old, target in plan.relabel.items():
                 moved.update({task_id: target for task_id in state.dag_members[old]})
@@ -170,7 +190,13 @@ class Store:
                 pipe.hdel(self.tasks, *gone)
                 pipe.hdel(self.refcounts, *gone)
                 pipe.hdel(self.task_dag, *gone)
-                pipe.hdel(self.signatures, *(spec.signature for spec in plan.terminated))
+                pipe.hdel(self.wan_notes, *gone)
+                emptied = [signature for signature, primary in plan.signature_index.items() if primary is None]
+                if emptied:
+                    pipe.hdel(self.signatures, *emptied)
+                kept = {signature: primary for signature, primary in plan.signature_index.items() if primary is not None}
+                if kept:
+                    pipe.hset(self.signatures, mapping=kept)
             if plan.splits:
                 pipe.hset(self.task_dag, mapping=plan.splits)
             pipe.hdel(self.dataflows, flow.id)
@@ -182,8 +208,12 @@ class Store:
         """Rewrite the whole state (Redis came back empty while we still hold it)."""
 
         def write(pipe: redis.client.Pipeline) -> None:
-            for key in (self.dataflows, self.tasks, self.signatures, self.refcounts, self.task_dag):
+            for key in (self.dataflows, self.tasks, self.signatures, self.refcounts, self.task_dag, self.wan, self.wan_notes):
                 pipe.delete(key)
+            if state.wan is not None:
+                pipe.set(self.wan, json.dumps(state.wan.to_dict()))
+            if state.not_shared:
+                pipe.hset(self.wan_notes, mapping={tid: json.dumps(notes) for tid, notes in state.not_shared.items()})
             if state.tasks:
                 pipe.hset(self.tasks, mapping={tid: json.dumps(spec.to_dict()) for tid, spec in state.tasks.items()})
                 pipe.hset(self.signatures, mapping=dict(state.by_signature))
@@ -194,6 +224,22 @@ class Store:
             pipe.hset(self.meta, mapping={"next_dataflow": state.next_dataflow, "next_dag": state.next_dag})
 
         return self._commit(None, write, expect_missing=True)
+
+    def commit_wan(self, wan: WanConfig | None, state: State) -> int:
+        """Store a new WAN configuration (None removes it); ``state`` is the state it was checked against."""
+
+        def write(pipe: redis.client.Pipeline) -> None:
+            if wan is None:
+                pipe.delete(self.wan)
+            else:
+                pipe.set(self.wan, json.dumps(wan.to_dict()))
+
+        return self._commit(state.version, write)
+
+    def read_wan(self) -> WanConfig | None:
+        """The stored WAN configuration, if any."""
+        raw = self.redis.get(self.wan)
+        return None if raw is None else parse_wan_config(raw)
 
     def _commit(self, expected: int | None, write, expect_missing: bool = False) -> int:
         with self.redis.pipeline(transaction=True) as pipe:

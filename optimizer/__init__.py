@@ -1,5 +1,6 @@
-"""Sharing analysis (IN-OP and IN opportunities, Sana's Algorithm 1).
+"""Sharing analysis: IN-OP and IN opportunities (Sana 4.1-4.2) and Algorithm 1's bandwidth checks.
 
-Not built yet (issue 6). Today the manager shares every equivalent task, which
-is exactly the optimum when no WAN configuration limits bandwidth.
+:func:`optimizer.planner.plan_query` plans a new query against the running
+set; without a WAN configuration the manager does not call it and shares every
+equivalent task (the optimum).
 """

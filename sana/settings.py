@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     )
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")
     api_port: int = Field(8000, ge=1, le=65535, description="Port the API listens on.")
+    wan_config: Path | None = Field(
+        None,
+        description="WAN configuration file (docs/wan.md), applied at start when it differs from the stored one.",
+    )
     run_dir: Path = Field(
         Path(".sana/run"), description="Where `sana up` keeps the logs of its children."
     )

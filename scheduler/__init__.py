@@ -1,6 +1,7 @@
 """Placement of running tasks on sites and the cut of running DAGs into fragments.
 
-Today: the locality default (a task runs where its inputs are) and fragment
-assignment for the tasks a merge creates. The WAN-aware placement of Sana's
-Algorithm 2 is issue 6 and not built yet.
+- :mod:`scheduler.placement`: Sana's Algorithm 2 (IN-OP, pinned, IN co-location,
+  site locality, else the Hourglass cost) and the WAN-unaware default;
+- :mod:`scheduler.fragments`: the locality default without a WAN configuration
+  and fragment assignment for the tasks a merge creates.
 """

@@ -8,6 +8,7 @@ values are checked against values.schema.json first) and returns a
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ CHART_DIR = REPO / "helm" / "sana"
 RELEASE = "rel"
 NAMESPACE = "streams"
 KUBE_VERSION = "1.30"
+# The example WAN configuration (docs/wan.md), given to the chart as wan.config.
+WAN_EXAMPLE: dict[str, Any] = json.loads((REPO / "examples" / "wan" / "wan-config.json").read_text())
 
 # The major options of the chart, each as the values an operator would pass.
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -66,6 +69,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "networkPolicy": {"enabled": False},
         "service": {"type": "LoadBalancer"},
         "api": {"port": 9000},
+    },
+    "wan-config": {
+        "wan": {"config": WAN_EXAMPLE},
     },
 }
 
@@ -156,7 +162,7 @@ def scenario(request: pytest.FixtureRequest, render_chart: Callable[..., Rendere
     """Each major option of the chart, rendered once per session."""
     return request.param, render_chart(SCENARIOS[request.param])
 
-# Every SANA_* setting the manager pod carries (SANA_EMBEDDED_KAFKA_PORT is only for `sana up`).
+# Every SANA_* setting the chart maps onto the manager pod (SANA_EMBEDDED_KAFKA_PORT is only for `sana up`).
 SANA_SETTINGS_IN_POD = {
     "SANA_REDIS_URL",
     "SANA_STATE_PREFIX",
@@ -167,4 +173,23 @@ SANA_SETTINGS_IN_POD = {
     "SANA_API_PORT",
     "SANA_CHECKPOINT_DIR",
     "SANA_RUN_DIR",
+    "SANA_WAN_CONFIG",
 }
+
+# Optional settings: the pod carries them only when their value is set (else the
+# setting keeps its default, None). Each maps to a predicate on the merged values.
+OPTIONAL_SETTINGS_IN_POD: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "SANA_WAN_CONFIG": lambda values: bool(values["wan"]["config"] or values["wan"]["existingConfigMap"]),
+}
+
+# Where the chart mounts the WAN configuration file in the manager pod.
+WAN_CONFIG_PATH = "/etc/sana/wan/wan.json"
+
+
+def expected_settings_in_pod(values: dict[str, Any]) -> set[str]:
+    """The SANA_* variables the manager's env must carry for these (merged) values."""
+    return {
+        name
+        for name in SANA_SETTINGS_IN_POD
+        if name not in OPTIONAL_SETTINGS_IN_POD or OPTIONAL_SETTINGS_IN_POD[name](values)
+    }

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import subprocess
 
+import helm_python
 import kubernetes_validate
 import pytest
 import yaml
 
-from tests.helm.chart_fixtures import KUBE_VERSION, NAMESPACE, RELEASE, SANA_SETTINGS_IN_POD, SCENARIOS
+from tests.helm.chart_fixtures import (
+    KUBE_VERSION,
+    NAMESPACE,
+    RELEASE,
+    SANA_SETTINGS_IN_POD,
+    SCENARIOS,
+    WAN_CONFIG_PATH,
+    WAN_EXAMPLE,
+    expected_settings_in_pod,
+)
 
 FULLNAME = f"{RELEASE}-sana"
 RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding"}
@@ -69,9 +80,12 @@ def test_manager_probes_call_healthz_on_the_api_port(scenario):
 def test_manager_env_carries_every_sana_setting(scenario):
     name, rendered = scenario
     env = rendered.manager_env()
-    missing = SANA_SETTINGS_IN_POD - set(env)
-    assert not missing, f"{name}: the manager's env lacks {sorted(missing)}"
     values = rendered.values
+    expected = expected_settings_in_pod(values)
+    missing = expected - set(env)
+    assert not missing, f"{name}: the manager's env lacks {sorted(missing)}"
+    unset = (SANA_SETTINGS_IN_POD - expected) & set(env)
+    assert not unset, f"{name}: the manager's env sets {sorted(unset)} though their values are unset"
     plain = {key: item.get("value") for key, item in env.items()}
     assert plain["SANA_STATE_PREFIX"] == values["statePrefix"]
     assert plain["SANA_DRY_RUN"] == ("1" if values["dryRun"] else "0")
@@ -80,6 +94,8 @@ def test_manager_env_carries_every_sana_setting(scenario):
     assert plain["SANA_CHECKPOINT_DIR"] == values["checkpoints"]["dir"]
     assert plain["SANA_RUN_DIR"] == values["runDir"]
     assert env["SANA_REDIS_URL"]["valueFrom"]["secretKeyRef"]["name"]
+    if "SANA_WAN_CONFIG" in expected:
+        assert plain["SANA_WAN_CONFIG"] == WAN_CONFIG_PATH
 
 
 def test_sana_settings_all_have_a_value():
@@ -164,6 +180,71 @@ def test_service_and_ingress_reach_the_manager(render_chart):
     assert rule["host"] == "sana.corp.example"
     assert rule["http"]["paths"][0]["backend"] == {"service": {"name": FULLNAME, "port": {"name": "http"}}}
     assert "Ingress" not in render_chart({}).kinds()
+
+
+# --- the WAN configuration (SANA_WAN_CONFIG) ---------------------------------------------
+
+
+def _wan_volume(rendered) -> tuple[dict, dict]:
+    """(volume mount, volume) of the WAN configuration in the manager pod."""
+    pod = rendered.manager()["spec"]["template"]["spec"]
+    [mount] = [m for m in rendered.manager_container()["volumeMounts"] if m["name"] == "wan-config"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "wan-config"]
+    return mount, volume
+
+
+def test_wan_config_is_a_configmap_mounted_read_only_and_named_by_sana_wan_config(render_chart):
+    from wan_sim.topology import parse_wan_config
+
+    rendered = render_chart(SCENARIOS["wan-config"])
+    config_map = rendered.get("ConfigMap", f"{FULLNAME}-wan")
+    assert set(config_map["data"]) == {"wan.json"}
+    document = json.loads(config_map["data"]["wan.json"])
+    assert document == WAN_EXAMPLE
+    parse_wan_config(config_map["data"]["wan.json"])  # what the manager reads at start
+    mount, volume = _wan_volume(rendered)
+    assert mount == {"name": "wan-config", "mountPath": os.path.dirname(WAN_CONFIG_PATH), "readOnly": True}
+    assert volume["configMap"] == {
+        "name": f"{FULLNAME}-wan",
+        "items": [{"key": "wan.json", "path": os.path.basename(WAN_CONFIG_PATH)}],
+    }
+    assert rendered.manager_env()["SANA_WAN_CONFIG"] == {"name": "SANA_WAN_CONFIG", "value": WAN_CONFIG_PATH}
+
+
+def test_changing_the_wan_config_restarts_the_manager(render_chart):
+    def checksum(values):
+        return render_chart(values).manager()["spec"]["template"]["metadata"]["annotations"]["checksum/wan-config"]
+
+    changed = {**WAN_EXAMPLE, "selectivity": {"filter": 0.5}}
+    assert checksum(SCENARIOS["wan-config"]) != checksum({"wan": {"config": changed}})
+
+
+def test_no_wan_config_by_default(render_chart):
+    rendered = render_chart({})
+    assert rendered.values["wan"] == {"config": {}, "existingConfigMap": "", "existingConfigMapKey": "wan.json"}
+    assert f"{FULLNAME}-wan" not in {m["metadata"]["name"] for m in rendered.of_kind("ConfigMap")}
+    assert "SANA_WAN_CONFIG" not in rendered.manager_env()
+    pod = rendered.manager()["spec"]["template"]["spec"]
+    assert "wan-config" not in {v["name"] for v in pod["volumes"]}
+    assert "checksum/wan-config" not in rendered.manager()["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_wan_config_from_an_existing_configmap(render_chart):
+    rendered = render_chart({"wan": {"existingConfigMap": "ops-wan", "existingConfigMapKey": "topology.json"}})
+    assert f"{FULLNAME}-wan" not in {m["metadata"]["name"] for m in rendered.of_kind("ConfigMap")}
+    mount, volume = _wan_volume(rendered)
+    assert mount["readOnly"] is True and mount["mountPath"] == os.path.dirname(WAN_CONFIG_PATH)
+    assert volume["configMap"] == {
+        "name": "ops-wan",
+        "items": [{"key": "topology.json", "path": os.path.basename(WAN_CONFIG_PATH)}],
+    }
+    assert rendered.manager_env()["SANA_WAN_CONFIG"]["value"] == WAN_CONFIG_PATH
+    kubernetes_validate.validate(rendered.manager(), KUBE_VERSION, strict=True)
+
+
+def test_wan_config_and_an_existing_configmap_exclude_each_other(render_chart):
+    with pytest.raises(helm_python.HelmRenderError, match=r'wan\.config and wan\.existingConfigMap \("ops-wan"\) are both set'):
+        render_chart({"wan": {"config": WAN_EXAMPLE, "existingConfigMap": "ops-wan"}})
 
 
 # --- secrets -------------------------------------------------------------------------------

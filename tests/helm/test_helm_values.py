@@ -70,6 +70,12 @@ SCHEMA = "values don't meet the specifications of the schema"
         ({"manager": {"extraEnv": [{"name": "SANA_REDIS_URL", "value": "redis://x"}]}}, r"at '/manager/extraEnv/0/name'"),
         ({"redis": {"mdoe": "external"}}, r"at '/redis': additional properties 'mdoe' not allowed"),
         ({"replicas": 2}, r"at '': additional properties 'replicas' not allowed"),
+        ({"wan": {"config": "examples/wan/wan-config.json"}}, r"at '/wan/config': got string, want object"),
+        ({"wan": {"config": [{"name": "virginia"}]}}, r"at '/wan/config': got array, want object"),
+        ({"wan": {"config": {"links": []}}}, r"at '/wan/config': missing property 'sites'"),
+        ({"wan": {"config": {"sites": ["a"], "site": ["b"]}}}, r"invalid propertyName 'site'"),
+        ({"wan": {"existingConfigMap": "Ops_WAN"}}, r"at '/wan/existingConfigMap': 'Ops_WAN' does not match pattern"),
+        ({"runDir": "/etc/sana/wan"}, r"at '/runDir'"),
     ],
     ids=lambda value: str(value)[:60] if isinstance(value, dict) else None,
 )
@@ -91,8 +97,10 @@ def test_run_dir_and_checkpoint_dir_must_differ(render_chart):
         {"kafka": {"mode": "external", "external": {"bootstrap": "10.0.0.5:9092,[fd00::5]:9092"}}},
         {"spark": {"local": {"master": "local[4]"}}},
         {"api": {"host": "::", "port": 65535}},
+        {"wan": {"existingConfigMap": "ops-wan"}},
+        {"wan": {"config": {"sites": ["a", {"name": "b", "compute": False}], "default_link": {"bandwidth_mbps": 20, "latency_ms": 150}}}},
     ],
-    ids=["redis-existing-secret", "kafka-ip-list", "local-4", "ipv6-any"],
+    ids=["redis-existing-secret", "kafka-ip-list", "local-4", "ipv6-any", "wan-existing-configmap", "wan-minimal"],
 )
 def test_good_values_pass_the_schema(render_chart, values):
     render_chart(values)

@@ -137,3 +137,8 @@ capabilities:
   drop:
     - ALL
 {{- end }}
+
+{{/* SANA_WAN_CONFIG: where the WAN configuration is mounted; empty when none is set. */}}
+{{- define "sana.wanConfigPath" -}}
+{{- if or .Values.wan.config .Values.wan.existingConfigMap }}/etc/sana/wan/wan.json{{ end }}
+{{- end }}

@@ -1,0 +1,15 @@
+"""Errors of the sharing analysis."""
+
+from __future__ import annotations
+
+from sana.errors import SanaError
+
+
+class QueryMalformed(SanaError):
+    """A query handed to the optimizer is not parents-first, or names an unknown input.
+
+    A programming error of the caller: the manager validates dataflows first.
+    """
+
+    code = "QUERY_MALFORMED"
+    status = 500

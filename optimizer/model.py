@@ -1,0 +1,203 @@
+"""Plain data the optimizer and the scheduler exchange: a query to place, the running set, the plan.
+
+A *query* is the new dataflow, de-duplicated, as :class:`QueryTask` values in
+parents-first order. The *running set* is read through :class:`RunningView`
+(the manager's state and the simulator's deployment both implement it). The
+answer is a :class:`QueryPlan`: one :class:`Decision` per query task, the WAN
+crossings the plan adds and the refused sharing opportunities with their
+numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class QueryTask:
+    """A task of the query being planned.
+
+    ``inputs`` holds ``(port, query task id)`` pairs; ``rate_mbps`` is the
+    estimated data rate of its output; ``site`` pins it (a source's origin,
+    a sink's configured site, a declared placement wish), None leaves it to
+    the scheduler.
+    """
+
+    id: str
+    signature: str
+    type: str
+    inputs: tuple[tuple[str, str], ...] = ()
+    rate_mbps: float = 0.0
+    site: str | None = None
+
+
+@dataclass(frozen=True)
+class RunningTask:
+    """A running task as the optimizer sees it."""
+
+    id: str
+    signature: str
+    type: str
+    site: str
+    inputs: tuple[tuple[str, str], ...]
+    rate_mbps: float
+
+
+class RunningView(Protocol):
+    """Read access to the running set.
+
+    ``instances(sig)`` lists the running tasks with that signature (usually
+    one; several when a share was refused for bandwidth); ``arrivals(id)``
+    maps each *other* site the task's output already crosses to onto the ids
+    of its consumers there (the router's view); ``task(id)`` reads one task.
+    """
+
+    def instances(self, signature: str) -> Iterable[RunningTask]: ...
+
+    def task(self, task_id: str) -> RunningTask: ...
+
+    def arrivals(self, task_id: str) -> Mapping[str, Iterable[str]]: ...
+
+
+@dataclass(frozen=True)
+class PlanningOptions:
+    """What a planner may do: the switches that tell the policies apart.
+
+    - ``share_sources``: read a raw stream through the running source task
+      that already reads it (else every query has its own reader);
+    - ``share_inop`` / ``share_in``: exploit IN-OP / IN opportunities;
+      ``share_in`` also puts a router at every site a remote stream reaches,
+      so a stream crosses to a site once whatever its consumers there;
+    - ``bandwidth_checks``: Algorithm 1's admission tests;
+    - ``wan_placement``: Algorithm 2's WAN-aware rule for tasks with remote
+      inputs (else the WAN-unaware default: the first input's site).
+    """
+
+    share_sources: bool = True
+    share_inop: bool = True
+    share_in: bool = True
+    bandwidth_checks: bool = True
+    wan_placement: bool = True
+
+    @property
+    def router(self) -> bool:
+        return self.share_in
+
+
+SANA = PlanningOptions()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A sharing opportunity Algorithm 1 turned down, with the link and the numbers.
+
+    ``kind`` is ``IN-OP`` or ``IN``; ``candidate`` the running task (or
+    query task) that could have been shared or co-located with; ``direction``
+    says whether the candidate site's egress or its ingress lacks bandwidth.
+    """
+
+    kind: str
+    candidate: str
+    site: str
+    link: tuple[str, str]
+    needed_mbps: float
+    available_mbps: float
+    direction: str
+
+    @property
+    def reason(self) -> str:
+        what = "egress" if self.direction == "egress" else "ingress"
+        share = "sharing" if self.kind == "IN-OP" else "co-locating with"
+        return (
+            f"{share} {self.candidate} at {self.site} needs {self.needed_mbps:.3f} Mbps of {what} on "
+            f"{self.link[0]} -> {self.link[1]}, which has {self.available_mbps:.3f} Mbps spare"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "candidate": self.candidate,
+            "site": self.site,
+            "link": {"from": self.link[0], "to": self.link[1]},
+            "needed_mbps": round(self.needed_mbps, 6),
+            "available_mbps": round(self.available_mbps, 6) if self.available_mbps > -1e300 else None,
+            "direction": self.direction,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Check:
+    """A bandwidth test Algorithm 1 passed (kept so tests and logs can audit admissions)."""
+
+    kind: str
+    candidate: str
+    link: tuple[str, str]
+    needed_mbps: float
+    available_mbps: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happens to one query task.
+
+    ``action`` is ``reuse`` (the running task ``running`` serves it: IN-OP or
+    a shared source) or ``create`` (a new task at ``site``). ``rule`` names
+    the branch of Algorithm 2 that chose the site: ``IN-OP``, ``source``,
+    ``pinned``, ``IN``, ``locality``, ``wan`` or ``default`` (WAN-unaware).
+    """
+
+    task: str
+    action: str
+    site: str
+    rule: str
+    running: str | None = None
+    partner: str | None = None
+    shared_inputs: tuple[str, ...] = ()
+    refused: tuple[Refusal, ...] = ()
+    checks: tuple[Check, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"action": self.action, "site": self.site, "rule": self.rule}
+        if self.running is not None:
+            result["running"] = self.running
+        if self.partner is not None:
+            result["partner"] = self.partner
+        if self.refused:
+            result["refused"] = [refusal.to_dict() for refusal in self.refused]
+        return result
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """A stream the plan sends over the WAN.
+
+    ``producer`` is a running task id when ``running`` is True, else a query
+    task id (a task the plan creates). ``consumer`` is set when there is no
+    router (each edge crosses on its own).
+    """
+
+    producer: str
+    running: bool
+    src_site: str
+    dst_site: str
+    rate_mbps: float
+    consumer: str | None = None
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """A placed query: decisions in parents-first order, new crossings, added link loads."""
+
+    decisions: dict[str, Decision]
+    crossings: tuple[Crossing, ...] = ()
+    link_delta: dict[tuple[str, str], float] = field(default_factory=dict)
+    compared: int = 0
+    skipped: int = 0
+
+    @property
+    def refusals(self) -> list[tuple[str, Refusal]]:
+        """(query task id, refusal) for every refused opportunity, in task order."""
+        return [(task_id, refusal) for task_id, decision in self.decisions.items() for refusal in decision.refused]

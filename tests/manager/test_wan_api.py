@@ -1,0 +1,85 @@
+"""The WAN endpoints (api/routes_wan.py) and ``sana wan-sim`` (api/cli_wan.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.cli_wan import add_wan_sim_parser, main
+from tests.fixtures.dataflows import chain, source, task
+from tests.manager.test_wan_sharing import WAN, hot
+from tests.wan_sim.scenarios import unaware_sharing_hurts
+
+
+@pytest.fixture
+def client(settings_factory):
+    with TestClient(create_app(settings_factory())) as test_client:
+        yield test_client
+
+
+@pytest.mark.redis
+def test_wan_configuration_round_trip_and_link_loads(client):
+    assert client.get("/wan").status_code == 404
+    assert client.get("/wan").json()["code"] == "WAN_NOT_CONFIGURED"
+    answer = client.put("/wan", content=json.dumps(WAN))
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert [site["name"] for site in body["sites"]] == ["src", "P", "H2"]
+    assert {(row["from"], row["to"]) for row in body["links"]} >= {("P", "H2"), ("H2", "P")}
+    first = client.post("/dataflows", content=json.dumps(hot("a", "P", "one"))).json()
+    second = client.post("/dataflows", content=json.dumps(hot("b", "H2", "two"))).json()
+    assert second["tasks"]["hot"] != first["tasks"]["hot"]
+    links = {(row["from"], row["to"]): row for row in client.get("/wan/links").json()["links"]}
+    assert links[("src", "P")]["utilization"] == 0.16 and links[("src", "H2")]["load_mbps"] == 16.0
+    assert links[("src", "P")]["streams"][0]["consumers"] == [first["tasks"]["hot"]]
+    running = {task["id"]: task for dag in client.get("/running").json()["dags"] for task in dag["tasks"]}
+    assert running[first["tasks"]["hot"]]["site"] == "P" and running[second["tasks"]["hot"]]["site"] == "H2"
+    assert client.delete("/wan").json() == {"configured": False}
+    assert client.get("/wan/links").status_code == 404
+
+
+@pytest.mark.redis
+def test_a_bad_configuration_is_refused_naming_the_field(client):
+    answer = client.put("/wan", content=json.dumps({"sites": ["a"], "links": [{"from": "a", "to": "b", "bandwidth_mbps": 1, "latency_ms": 1}]}))
+    assert answer.status_code == 422
+    assert answer.json()["code"] == "WAN_CONFIG_INVALID"
+    assert "links[0].to: unknown site 'b'" in answer.json()["detail"]
+    answer = client.post("/dataflows", content=json.dumps(chain(source(topic="nowhere"), task("o", "sink", topic="x"))))
+    assert answer.status_code == 201  # no WAN configuration: sites are not needed
+
+
+def test_wan_sim_command_prints_json(tmp_path, capsys):
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(unaware_sharing_hurts()))
+    assert main([str(path), "--policy", "max-share", "--summary"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"] == "max-share" and out["summary"]["throughput_rps"] == 1000.0
+    assert main([str(path), "--policy", "all", "--summary"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert set(every) == {"default", "net", "mqo", "sana", "no-share", "strict-share", "max-share"}
+    assert every["sana"]["summary"]["throughput_rps"] == 2000.0
+    assert main([str(path)]) == 0
+    detail = json.loads(capsys.readouterr().out)
+    assert detail["policy"] == "sana" and detail["not_shared"][0]["link"] == {"from": "P", "to": "H2"}
+    assert {"links", "epochs", "placement"} <= set(detail)
+
+
+def test_wan_sim_reports_a_bad_scenario(tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"wan": {"sites": ["a"]}, "queries": [{"name": "q", "tasks": [{"id": "s", "type": "source", "stream": "nope"}]}]}))
+    assert main([str(path)]) == 2
+    assert "source 's' reads unknown stream 'nope'" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing.json")]) == 2
+    assert "cannot read scenario" in capsys.readouterr().err
+
+
+def test_the_parser_plugs_into_a_subparsers_object():
+    parser = argparse.ArgumentParser(prog="sana")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_wan_sim_parser(commands)
+    args = parser.parse_args(["wan-sim", "x.json", "--policy", "net"])
+    assert (args.command, args.scenario, args.policy, args.handler.__name__) == ("wan-sim", "x.json", "net", "run_wan_sim")

@@ -1,0 +1,160 @@
+"""Property-based: merge/unmerge under a WAN configuration that refuses some shares.
+
+The random workloads and traces of test_merge_properties, submitted to a
+manager with a random WAN (thin and fat links, sinks pinned at random sites):
+after every step the running set satisfies the invariants of
+:func:`tests.manager.wan_invariants.check_wan_state`; a restarted manager
+loads the same state; draining leaves nothing but bookkeeping. With ample
+bandwidth the running set is the manager's optimum exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+
+import pytest
+import redis
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from manager.service import Manager
+from runtime.dryrun import DryRunRuntime
+from tests.conftest import REDIS_URL
+from tests.fixtures.generators import traces, workloads
+from tests.fixtures.invariants import check_state
+from tests.manager.wan_invariants import check_wan_state
+
+pytestmark = pytest.mark.redis
+
+BOOKKEEPING = {"meta", "dryrun:log", "wan"}
+COMPUTE = ["us", "asia", "sa"]
+
+
+@st.composite
+def wan_configs(draw, ample: bool = False):
+    sites = [{"name": "eu", "compute": False}, *COMPUTE]
+    names = ["eu", *COMPUTE]
+    links = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            choices = [2, 8, 200] if a != "eu" else [200, 8]
+            links.append({"from": a, "to": b, "bandwidth_mbps": 10_000 if ample else draw(st.sampled_from(choices)),
+                          "latency_ms": draw(st.integers(5, 150))})
+    return {
+        "sites": sites,
+        "links": links,
+        "sources": {"urban": {"site": "us", "rate_mbps": 10}, "grid": {"site": "asia", "rate_mbps": 4},
+                    "taxi": {"site": "eu", "rate_mbps": 20}},
+    }
+
+
+@st.composite
+def pinned_workloads(draw):
+    workload = draw(workloads())
+    result = []
+    for document in workload:
+        document = copy.deepcopy(document)
+        for item in document["tasks"]:
+            if item["type"] == "sink" and draw(st.booleans()):
+                item["site"] = draw(st.sampled_from(COMPUTE))
+        result.append(document)
+    return result
+
+
+@st.composite
+def overlapping_workloads(draw):
+    """Dataflows drawn from a small pool of prefixes, so that most have equivalent tasks running."""
+    from tests.fixtures.dataflows import source, stream, task
+    from tests.fixtures.generators import FILTERS, WINDOWS
+
+    result = []
+    for number in range(draw(st.integers(2, 6))):
+        tasks = [source("s", draw(st.sampled_from(["urban", "taxi"])))]
+        streams = []
+        previous = "s"
+        for depth in range(draw(st.integers(1, 3))):
+            kind = draw(st.sampled_from(["filter", "filter", "window"]))
+            task_id = f"t{depth}"
+            if kind == "filter":
+                tasks.append(task(task_id, "filter", expr=draw(st.sampled_from(FILTERS[:2]))))
+            else:
+                tasks.append(task(task_id, "window_aggregate", **copy.deepcopy(WINDOWS[0])))
+            streams.append(stream(previous, task_id))
+            previous = task_id
+            if kind == "window":
+                break
+        sink = task("k", "sink", topic=f"p-{number}")
+        sink["site"] = draw(st.sampled_from(COMPUTE))
+        tasks.append(sink)
+        streams.append(stream(previous, "k"))
+        result.append({"name": f"overlap-{number}", "tasks": tasks, "streams": streams})
+    return result
+
+
+@st.composite
+def cases(draw, ample: bool = False):
+    workload = draw(st.one_of(pinned_workloads(), overlapping_workloads()))
+    return draw(wan_configs(ample)), workload, draw(traces(len(workload)))
+
+
+def _run(case, check):
+    wan, workload, trace = case
+    client = redis.Redis.from_url(REDIS_URL)
+    prefix = f"wanprop-{uuid.uuid4().hex[:10]}"
+    runtime = DryRunRuntime(client, prefix)
+    manager = Manager(client, prefix, runtime)
+    manager.start()
+    manager.set_wan(wan)
+    try:
+        submitted: dict[str, dict] = {}
+        ids: dict[int, str] = {}
+        for op, index in trace:
+            before = set(manager.state.tasks)
+            if op == "add":
+                result = manager.submit(workload[index])
+                ids[index] = result.id
+                submitted[result.id] = workload[index]
+                assert set(manager.state.tasks) - before == {result.tasks[t] for t in result.created}
+                assert set(result.sites) == {t["id"] for t in workload[index]["tasks"]}
+                for item in result.not_shared:
+                    assert item["needed_mbps"] > (item["available_mbps"] if item["available_mbps"] is not None else float("-inf"))
+                    assert manager.state.tasks[item["equivalent"]].signature == manager.state.tasks[item["running_task"]].signature
+                    assert item["site"] != item["equivalent_site"]
+                event(f"submit refused {'some' if result.not_shared else 'no'} share")
+            else:
+                result = manager.remove(ids.pop(index))
+                del submitted[result.id]
+                assert set(result.terminated) == before - set(manager.state.tasks)
+            check(manager.state, submitted)
+            assert runtime.deployed() == {tid: task.fragment for tid, task in manager.state.tasks.items()}
+            if op == "add" and len({t.signature for t in manager.state.tasks.values()}) < len(manager.state.tasks):
+                event("equivalent tasks run at different sites")
+        reloaded = Manager(client, prefix, DryRunRuntime(client, prefix))
+        reloaded.start()
+        assert reloaded.state.tasks == manager.state.tasks
+        assert not submitted
+        left = {key.decode()[len(prefix) + 1:] for key in client.scan_iter(f"{prefix}:*")}
+        assert left <= BOOKKEEPING, left
+    finally:
+        keys = list(client.scan_iter(f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=cases())
+def test_traces_keep_the_wan_invariants(case):
+    _run(case, check_wan_state)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=cases(ample=True))
+def test_with_ample_bandwidth_the_running_set_is_the_optimum(case):
+    def both(state, submitted):
+        check_wan_state(state, submitted)
+        check_state(state, submitted)  # the manager issue's invariants, unchanged: one task per signature
+        assert not state.not_shared
+
+    _run(case, both)

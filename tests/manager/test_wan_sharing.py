@@ -1,0 +1,145 @@
+"""The manager with a WAN configuration: refused shares, their reasons, sites, unmerge and recovery."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from manager.service import Manager, task_wan_fields
+from runtime.dryrun import DryRunRuntime
+from tests.fixtures.dataflows import chain, source, task
+from tests.manager.wan_invariants import check_wan_state
+from wan_sim.exceptions import WanConfigInvalid, WanNotConfigured, WanSiteUnknown
+
+pytestmark = pytest.mark.redis
+
+# Stream "urban" (16 Mbps) originates at src, which cannot compute. P and H2 compute;
+# P -> H2 has 5 Mbps, src -> P and src -> H2 100 Mbps: Sana's Figure 6 in small.
+WAN = {
+    "sites": [{"name": "src", "compute": False}, "P", "H2"],
+    "links": [
+        {"from": "src", "to": "P", "bandwidth_mbps": 100, "latency_ms": 10},
+        {"from": "src", "to": "H2", "bandwidth_mbps": 100, "latency_ms": 30},
+        {"from": "P", "to": "H2", "bandwidth_mbps": 5, "latency_ms": 20},
+    ],
+    "sources": {"urban": {"site": "src", "rate_mbps": 16}},
+    "selectivity": {"filter": 0.5},
+}
+
+
+def hot(sink_topic: str, home: str, name: str) -> dict:
+    sink = task("out", "sink", topic=sink_topic)
+    sink["site"] = home
+    return chain(source(), task("hot", "filter", expr="temp > 30"), sink, name=name)
+
+
+@pytest.fixture
+def manager(redis_client, state_prefix):
+    made = Manager(redis_client, state_prefix, DryRunRuntime(redis_client, state_prefix))
+    made.start()
+    yield made
+
+
+def test_without_a_wan_configuration_sharing_is_as_before(manager):
+    first = manager.submit(hot("a", "P", "one"))
+    second = manager.submit(hot("b", "H2", "two"))
+    assert second.reused == ["src", "hot"] and second.not_shared == []
+    assert second.to_dict()["sites"] == {"src": None, "hot": None, "out": "H2"}
+    assert first.tasks["hot"] == second.tasks["hot"]
+    with pytest.raises(WanNotConfigured, match="no WAN configuration"):
+        manager.wan()
+
+
+def test_a_share_the_link_cannot_carry_is_refused_and_explained(manager, redis_client, state_prefix):
+    manager.set_wan(WAN)
+    first = manager.submit(hot("a", "P", "one"))
+    assert first.sites == {"src": "src", "hot": "P", "out": "P"}
+    second = manager.submit(hot("b", "H2", "two"))
+    assert second.reused == ["src"] and second.created == ["hot", "out"]
+    assert second.sites == {"src": "src", "hot": "H2", "out": "H2"}
+    assert second.tasks["hot"] != first.tasks["hot"]
+    assert second.not_shared == [{
+        "task": "hot",
+        "running_task": second.tasks["hot"],
+        "site": "H2",
+        "equivalent": first.tasks["hot"],
+        "equivalent_site": "P",
+        "link": {"from": "P", "to": "H2"},
+        "needed_mbps": 8.0,
+        "available_mbps": 5.0,
+        "reason": f"sharing {first.tasks['hot']} at P needs 8.000 Mbps of egress on P -> H2, which has 5.000 Mbps spare",
+    }]
+    assert second.placement["hot"]["rule"] == "wan"
+    body = second.to_dict()
+    assert body["not_shared"][0]["link"] == {"from": "P", "to": "H2"}
+    state = manager.state
+    fields = task_wan_fields(state, second.tasks["hot"])
+    assert fields["equivalents"] == [{"id": first.tasks["hot"], "site": "P"}]
+    assert fields["not_shared"][0]["candidate"] == first.tasks["hot"]
+    assert task_wan_fields(state, first.tasks["hot"])["not_shared"] == []
+    links = {(row["from"], row["to"]): row for row in manager.wan_links()["links"]}
+    assert links[("src", "P")]["load_mbps"] == 16.0 and links[("src", "H2")]["load_mbps"] == 16.0
+    assert links[("P", "H2")]["load_mbps"] == 0.0
+    assert links[("src", "H2")]["streams"] == [{"producer": first.tasks["src"], "rate_mbps": 16.0, "consumers": [second.tasks["hot"]]}]
+    check_wan_state(state, {first.id: hot("a", "P", "one"), second.id: hot("b", "H2", "two")})
+    # A restarted manager sees the same tasks, reasons and loads.
+    again = Manager(redis_client, state_prefix, DryRunRuntime(redis_client, state_prefix))
+    again.start()
+    assert again.state.tasks == state.tasks and again.state.not_shared == state.not_shared
+    assert again.state.link_load == state.link_load
+    # Removing the first dataflow stops its filter; the second keeps its own.
+    removed = manager.remove(first.id)
+    assert set(removed.terminated) == {first.tasks["hot"], first.tasks["out"]}
+    check_wan_state(manager.state, {second.id: hot("b", "H2", "two")})
+    assert manager.state.by_signature[manager.state.tasks[second.tasks["hot"]].signature] == second.tasks["hot"]
+    third = manager.submit(hot("c", "H2", "three"))
+    assert third.reused == ["src", "hot"] and third.not_shared == []
+    check_wan_state(manager.state, {second.id: hot("b", "H2", "two"), third.id: hot("c", "H2", "three")})
+
+
+def test_with_bandwidth_to_spare_every_equivalent_task_is_shared(manager):
+    roomy = json.loads(json.dumps(WAN))
+    roomy["links"][2]["bandwidth_mbps"] = 50
+    manager.set_wan(roomy)
+    first = manager.submit(hot("a", "P", "one"))
+    second = manager.submit(hot("b", "H2", "two"))
+    assert second.reused == ["src", "hot"] and second.not_shared == []
+    assert second.sites["hot"] == "P"
+    assert manager.wan_links()["total_load_mbps"] == 16.0 + 8.0
+    assert first.tasks["hot"] == second.tasks["hot"]
+
+
+def test_an_identical_dataflow_reuses_the_running_sink_whatever_the_bandwidth(manager):
+    manager.set_wan(WAN)
+    manager.submit(hot("a", "P", "one"))
+    duplicate = hot("a", "H2", "one-again")  # same computation, same topic: its output already exists
+    result = manager.submit(duplicate)
+    assert result.created == [] and result.not_shared == []
+
+
+def test_wan_errors_name_the_culprit(manager):
+    with pytest.raises(WanConfigInvalid, match=r"links\[0\]\.to: unknown site 'Q'"):
+        manager.set_wan({"sites": ["P"], "links": [{"from": "P", "to": "Q", "bandwidth_mbps": 1, "latency_ms": 1}]})
+    manager.set_wan(WAN)
+    with pytest.raises(WanSiteUnknown, match="source 'src' reads topic 'grid', whose site is unknown"):
+        manager.submit(chain(source(topic="grid"), task("out", "sink", topic="x")))
+    bad = hot("a", "P", "one")
+    bad["tasks"][1]["site"] = "src"
+    with pytest.raises(WanSiteUnknown, match=r"task 'hot' \(filter\) is placed at 'src', where nothing can compute"):
+        manager.submit(bad)
+    moon = hot("a", "moon", "one")
+    with pytest.raises(WanSiteUnknown, match="task 'out' names site 'moon'"):
+        manager.submit(moon)
+
+
+def test_the_configuration_file_is_applied_at_start(redis_client, state_prefix, tmp_path):
+    path = tmp_path / "wan.json"
+    path.write_text(json.dumps(WAN))
+    made = Manager(redis_client, state_prefix, DryRunRuntime(redis_client, state_prefix), wan_config=path)
+    made.start()
+    assert made.wan()["configured"] is True
+    assert made.state.wan.link("P", "H2").bandwidth_mbps == 5
+    made.set_wan(None)
+    with pytest.raises(WanNotConfigured):
+        made.wan()

@@ -1,0 +1,85 @@
+"""Small scenarios whose numbers the tests compute by hand (factories, so each test gets a fresh copy)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Flow-model parameters chosen so that queueing delays are round numbers:
+# a saturated link holds 0.375 MB = 3 Mbit (100 ms to drain at 30 Mbps, 30 ms at 100 Mbps);
+# a network buffer is 125 KB = 1 Mbit (10 ms to send at 100 Mbps).
+LATENCY = {"batch_kb": 125, "buffer_mb": 0.375}
+
+
+def _query(name: str, filters: tuple[str, str], home: str, at_s: float) -> dict[str, Any]:
+    return {
+        "name": name,
+        "at_s": at_s,
+        "tasks": [
+            {"id": "a", "type": "source", "stream": "A"},
+            {"id": "b", "type": "source", "stream": "B"},
+            {"id": "fa", "type": "filter", "config": {"expr": filters[0]}, "selectivity": 0.5},
+            {"id": "fb", "type": "filter", "config": {"expr": filters[1]}, "selectivity": 0.5},
+            {"id": "u", "type": "union"},
+            {"id": "k", "type": "sink", "site": home},
+        ],
+        "streams": [["a", "fa"], ["b", "fb"], ["fa", "u"], ["fb", "u"], ["u", "k"]],
+    }
+
+
+def two_sources_two_queries() -> dict[str, Any]:
+    """Streams A and B (20 Mbps each: 1000 records/s of 2500 bytes) originate at S, which cannot compute.
+
+    Both queries filter A and B (different filters, selectivity 0.5), union
+    the results and write them at H. The direct link S -> H has 30 Mbps (the
+    congested link); S -> N has 100 Mbps and N -> H 100 Mbps.
+    """
+    return {
+        "name": "two-sources-two-queries",
+        "wan": {
+            "sites": [{"name": "S", "compute": False}, "N", "H"],
+            "links": [
+                {"from": "S", "to": "H", "bandwidth_mbps": 30, "latency_ms": 50},
+                {"from": "S", "to": "N", "bandwidth_mbps": 100, "latency_ms": 5},
+                {"from": "N", "to": "H", "bandwidth_mbps": 100, "latency_ms": 40},
+            ],
+        },
+        "sources": {"A": {"site": "S", "rate_rps": 1000, "record_bytes": 2500},
+                    "B": {"site": "S", "rate_rps": 1000, "record_bytes": 2500}},
+        "queries": [
+            _query("q1", ("lang = 'en'", "lang = 'en'"), "H", 0),
+            _query("q2", ("lang = 'fr'", "lang = 'fr'"), "H", 10),
+        ],
+        "duration_s": 70,
+        "latency": LATENCY,
+    }
+
+
+def unaware_sharing_hurts() -> dict[str, Any]:
+    """Sana's Figure 6 in small: the equivalent filter runs at P, whose egress to q2's home H2 is thin.
+
+    Stream A (20 Mbps) originates at S. q1 filters it (selectivity 0.5) and
+    writes at P; q2 applies the same filter and writes at H2. P -> H2 has
+    5 Mbps, S -> H2 100 Mbps.
+    """
+    return {
+        "name": "unaware-sharing-hurts",
+        "wan": {
+            "sites": [{"name": "S", "compute": False}, "P", "H2"],
+            "links": [
+                {"from": "S", "to": "P", "bandwidth_mbps": 100, "latency_ms": 10},
+                {"from": "S", "to": "H2", "bandwidth_mbps": 100, "latency_ms": 30},
+                {"from": "P", "to": "H2", "bandwidth_mbps": 5, "latency_ms": 20},
+            ],
+        },
+        "sources": {"A": {"site": "S", "rate_rps": 1000, "record_bytes": 2500}},
+        "queries": [
+            {"name": name, "at_s": at_s,
+             "tasks": [{"id": "a", "type": "source", "stream": "A"},
+                       {"id": "f", "type": "filter", "config": {"expr": "lang = 'en'"}, "selectivity": 0.5},
+                       {"id": "k", "type": "sink", "site": home}],
+             "streams": [["a", "f"], ["f", "k"]]}
+            for name, home, at_s in (("q1", "P", 0), ("q2", "H2", 10))
+        ],
+        "duration_s": 70,
+        "latency": LATENCY,
+    }

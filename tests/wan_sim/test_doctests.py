@@ -1,0 +1,19 @@
+"""The runnable examples in the docstrings of the WAN, optimizer and scheduler modules (STYLE.md 5)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "wan_sim.topology", "wan_sim.monitor", "wan_sim.flow", "wan_sim.scenario", "wan_sim.policies", "wan_sim.simulate",
+    "wan_sim.workloads", "optimizer.planner", "optimizer.rates", "optimizer.views", "scheduler.placement",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0

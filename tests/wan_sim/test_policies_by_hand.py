@@ -1,0 +1,120 @@
+"""Every policy on small scenarios whose loads, throughputs and latencies are computed by hand here."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.wan_sim.scenarios import two_sources_two_queries, unaware_sharing_hurts
+from wan_sim.scenario import parse_scenario
+from wan_sim.simulate import simulate
+
+
+def _run(document, policy):
+    result = simulate(parse_scenario(document), policy)
+    loads = {(link.src, link.dst): round(link.load_mbps, 6) for link in result.final.links}
+    per_query = {query.name: (round(query.throughput_rps, 6), round(query.latency_ms, 6)) for query in result.final.queries}
+    return result, loads, per_query
+
+
+# Two sources, two queries, one congested link (S -> H, 30 Mbps).
+#
+# default: no sharing, WAN-unaware: every filter goes to the query's home H (its input's site S
+#   cannot compute). Four source readers each send 20 Mbps over S -> H: 80 Mbps of demand on
+#   30 Mbps, so every source runs at 30/80 = 0.375: 375 + 375 = 750 records/s per query.
+#   Latency: 50 ms + a full 3 Mbit buffer at 30 Mbps (100 ms) = 150 ms.
+# net / no-share: no sharing, WAN-aware. For q1's filter of A, H costs 20*50^2/30 = 1666.7 and
+#   N costs 20*5^2/100 + 10*40^2/100 = 165, so N; likewise every filter, and the unions follow
+#   locally. S -> N carries 4 x 20 = 80 Mbps (no routers), N -> H two unions of 20 Mbps = 40.
+#   Nothing is congested: 2000 records/s per query; WAN 120 Mbps.
+#   Latency: 5 + min(30, 10*0.8/0.2) = 35 on S -> N, 40 + 10*0.4/0.6 on N -> H: 81.667 ms.
+# strict-share: sources are shared but, without routers, A and B still cross once per filter:
+#   the same loads and numbers as net.
+# mqo: shares the sources and co-locates q2's filters with q1's (IN) at H, where the WAN-unaware
+#   default put them: S -> H carries A and B once each, 40 Mbps on 30: throttle 0.75,
+#   1500 records/s per query, latency 150 ms.
+# sana / max-share: q1 as net; q2's filters co-locate with q1's at N (IN: A and B already arrive
+#   there; N -> H has 80 Mbps spare for their 10 Mbps). S -> N carries A and B once (40),
+#   N -> H the two unions (40): 2000 records/s per query with 80 Mbps of WAN, a third less than net.
+#   Latency: 5 + 10*0.4/0.6 + 40 + 10*0.4/0.6 = 58.333 ms.
+TWO_SOURCES = {
+    "default": ({("S", "H"): 30.0}, 750.0, 150.0),
+    "net": ({("S", "N"): 80.0, ("N", "H"): 40.0}, 2000.0, 81.666667),
+    "no-share": ({("S", "N"): 80.0, ("N", "H"): 40.0}, 2000.0, 81.666667),
+    "strict-share": ({("S", "N"): 80.0, ("N", "H"): 40.0}, 2000.0, 81.666667),
+    "mqo": ({("S", "H"): 30.0}, 1500.0, 150.0),
+    "sana": ({("S", "N"): 40.0, ("N", "H"): 40.0}, 2000.0, 58.333333),
+    "max-share": ({("S", "N"): 40.0, ("N", "H"): 40.0}, 2000.0, 58.333333),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(TWO_SOURCES))
+def test_two_sources_two_queries_one_congested_link(policy):
+    loads, throughput, latency = TWO_SOURCES[policy]
+    result, have_loads, per_query = _run(two_sources_two_queries(), policy)
+    assert have_loads == loads
+    assert per_query == {"q1": (throughput, latency), "q2": (throughput, latency)}
+    assert result.final.wan_mbps == pytest.approx(sum(loads.values()))
+
+
+def test_two_sources_sana_saves_a_third_of_net_bandwidth_at_equal_throughput():
+    sana = simulate(parse_scenario(two_sources_two_queries()), "sana").summary()
+    net = simulate(parse_scenario(two_sources_two_queries()), "net").summary()
+    assert sana["throughput_rps"] == net["throughput_rps"] == 4000.0
+    assert sana["wan_mbps"] == pytest.approx(net["wan_mbps"] * 2 / 3)
+
+
+def test_two_sources_sana_places_q2_filters_with_q1s_through_the_router():
+    result = simulate(parse_scenario(two_sources_two_queries()), "sana")
+    q2 = result.deployment.placement["q2"]
+    assert (q2["a"]["running"], q2["a"]["rule"]) == ("q1.a", "source")
+    assert (q2["fa"]["site"], q2["fa"]["rule"], q2["fa"]["partner"]) == ("N", "IN", "q1.fa")
+    assert (q2["u"]["site"], q2["u"]["rule"]) == ("N", "locality")
+    assert (q2["k"]["site"], q2["k"]["rule"]) == ("H", "pinned")
+
+
+# WAN-unaware sharing worse than not sharing (Sana's Figure 6).
+#
+# max-share / mqo: q2 reuses q1's filter at P (IN-OP) and its sink at H2 reads it over P -> H2:
+#   10 Mbps of demand on 5 Mbps. Backpressure throttles the shared source A to 0.5, so q1 is
+#   slowed too: 500 records/s each, 1000 in all. Achieved loads: S -> P 10, P -> H2 5.
+#   Latency of q2: 10 + S->P queue (u = 0.1: 10*0.1/0.9 = 1.111) + 20 + 3 Mbit at 5 Mbps (600) = 631.111 ms.
+# no-share / net / default: q2 filters its own copy of A; at H2 it costs 20*30^2/100 = 180,
+#   at P its output would oversubscribe P -> H2: H2. 2000 records/s in all; S -> P 20, S -> H2 20.
+# sana: Algorithm 1 refuses the IN-OP share (P -> H2 has 5 Mbps spare, the filter's output needs 10)
+#   and the IN co-location at P for the same reason; the new filter goes to H2 and reads the shared
+#   source through its router: 2000 records/s, S -> P 20, S -> H2 20.
+UNAWARE = {
+    "max-share": ({("S", "P"): 10.0, ("P", "H2"): 5.0}, {"q1": 500.0, "q2": 500.0}),
+    "mqo": ({("S", "P"): 10.0, ("P", "H2"): 5.0}, {"q1": 500.0, "q2": 500.0}),
+    "no-share": ({("S", "P"): 20.0, ("S", "H2"): 20.0}, {"q1": 1000.0, "q2": 1000.0}),
+    "default": ({("S", "P"): 20.0, ("S", "H2"): 20.0}, {"q1": 1000.0, "q2": 1000.0}),
+    "sana": ({("S", "P"): 20.0, ("S", "H2"): 20.0}, {"q1": 1000.0, "q2": 1000.0}),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(UNAWARE))
+def test_wan_unaware_sharing_is_worse_than_not_sharing_and_sana_is_not(policy):
+    loads, throughput = UNAWARE[policy]
+    _, have_loads, per_query = _run(unaware_sharing_hurts(), policy)
+    assert have_loads == loads
+    assert {name: value[0] for name, value in per_query.items()} == throughput
+
+
+def test_max_share_latency_includes_the_saturated_thin_link():
+    _, _, per_query = _run(unaware_sharing_hurts(), "max-share")
+    assert per_query["q2"][1] == pytest.approx(10 + 10 * 0.1 / 0.9 + 20 + 600)
+    assert per_query["q1"][1] == pytest.approx(10 + 10 * 0.1 / 0.9)
+
+
+def test_sana_says_why_it_did_not_share():
+    result = simulate(parse_scenario(unaware_sharing_hurts()), "sana")
+    refusals = result.deployment.refusals
+    inop = [item for item in refusals if item["kind"] == "IN-OP"]
+    assert inop == [{
+        "query": "q2", "task": "f", "kind": "IN-OP", "candidate": "q1.f", "site": "P",
+        "link": {"from": "P", "to": "H2"}, "needed_mbps": 10.0, "available_mbps": 5.0, "direction": "egress",
+        "reason": "sharing q1.f at P needs 10.000 Mbps of egress on P -> H2, which has 5.000 Mbps spare",
+    }]
+    assert result.deployment.placement["q2"]["f"] == {"running": "q2.f", "site": "H2", "rule": "wan", "action": "create"}
+    summary = result.summary()
+    assert summary["throughput_rps"] == 2000.0 and summary["running_tasks"] == 5

@@ -1,0 +1,41 @@
+"""The sharing policies compared in docs/wan.md (DESIGN.md, "Sana: WAN-aware sharing").
+
+| policy | sharing | bandwidth checks | placement |
+|---|---|---|---|
+| default | none (each query reads its sources itself) | - | WAN-unaware (first input's site) |
+| net | none | - | WAN-aware (Algorithm 2) |
+| mqo | IN-OP and IN, routers | no | WAN-unaware |
+| sana | IN-OP and IN, routers | Algorithm 1 | WAN-aware |
+| no-share | as net (the 7.2 baseline name) | - | WAN-aware |
+| strict-share | IN-OP only, no routers | Algorithm 1 | WAN-aware |
+| max-share | IN-OP and IN, routers | no | WAN-aware |
+"""
+
+from __future__ import annotations
+
+from optimizer.model import SANA, PlanningOptions
+from wan_sim.exceptions import PolicyUnknown
+
+_NONE = PlanningOptions(share_sources=False, share_inop=False, share_in=False, bandwidth_checks=False)
+
+POLICIES: dict[str, PlanningOptions] = {
+    "default": PlanningOptions(share_sources=False, share_inop=False, share_in=False, bandwidth_checks=False, wan_placement=False),
+    "net": _NONE,
+    "mqo": PlanningOptions(bandwidth_checks=False, wan_placement=False),
+    "sana": SANA,
+    "no-share": _NONE,
+    "strict-share": PlanningOptions(share_in=False),
+    "max-share": PlanningOptions(bandwidth_checks=False),
+}
+
+
+def policy_options(name: str) -> PlanningOptions:
+    """The planning switches of a named policy.
+
+    >>> policy_options("strict-share").share_in, policy_options("sana").bandwidth_checks
+    (False, True)
+    """
+    try:
+        return POLICIES[name.lower()]
+    except KeyError:
+        raise PolicyUnknown(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}", culprit={"policy": name}) from None
