@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "up":
         return _up(args)
+    if args.command == "produce":
+        return _produce(args)
     try:
         return args.handler(args)
     except httpx.TransportError as error:
@@ -41,6 +43,20 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, help="API port (default SANA_API_PORT or 8000)")
     up.add_argument("--host", help="API address (default SANA_API_HOST or 127.0.0.1)")
     up.add_argument("--dry-run", action="store_true", help="plan and record deployments without Spark or Kafka")
+    up.add_argument("--demo", action="store_true",
+                    help="create demo source topics, generate sensor streams and submit the dataflows in examples/")
+
+    produce = commands.add_parser("produce", help="generate a RIoTBench-style sensor stream into a topic")
+    produce.add_argument("topic")
+    produce.add_argument("--kind", choices=("urban", "taxi", "grid", "model"), default="urban", help="stream kind (default urban)")
+    produce.add_argument("--rate", type=float, default=100.0, help="records per second (default 100)")
+    produce.add_argument("--seed", type=int, default=1, help="seed of the record contents (default 1)")
+    produce.add_argument("--count", type=int, help="stop after this many records")
+    produce.add_argument("--duration", type=float, help="stop after this many seconds")
+    produce.add_argument("--entities", type=int, default=20, help="sensors, taxis or meters (default 20)")
+    produce.add_argument("--partitions", type=int, default=1, help="partitions if the topic must be created (default 1)")
+    produce.add_argument("--bootstrap", help="Kafka bootstrap (default SANA_KAFKA_BOOTSTRAP or the embedded broker)")
+    produce.set_defaults(handler=_produce)
 
     submit = commands.add_parser("submit", help="submit a dataflow from a JSON file ('-' reads stdin)")
     submit.add_argument("file")
@@ -59,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     stats = commands.add_parser("stats", help="what is submitted, what runs, what sharing saves")
     stats.add_argument("--json", action="store_true")
     stats.set_defaults(handler=_stats)
+
+    from api.cli_wan import add_wan_sim_parser
+
+    add_wan_sim_parser(commands)
     return parser
 
 
@@ -77,7 +97,43 @@ def _up(args: argparse.Namespace) -> int:
         overrides["api_host"] = args.host
     if args.dry_run:
         overrides["dry_run"] = True
-    return up(Settings(**overrides))
+    return up(Settings(**overrides), demo=args.demo)
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from kafka.errors import KafkaError
+
+    from runtime.exceptions import TopicProblem
+    from runtime.broker.topics import Topics
+    from runtime.workload import produce
+    from sana.settings import Settings
+
+    if args.rate <= 0:
+        print("sana: --rate must be positive", file=sys.stderr)
+        return EXIT_USAGE
+    bootstrap = args.bootstrap or Settings().effective_kafka_bootstrap
+    topics = Topics(bootstrap, args.partitions)
+    try:
+        if topics.ensure([args.topic]):
+            print(f"created topic {args.topic} ({args.partitions} partition(s))")
+    except TopicProblem as error:
+        print(f"sana: {error.message}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    finally:
+        topics.close()
+    limit = f"{args.count} records" if args.count else (f"{args.duration:g} s" if args.duration else "until Ctrl-C")
+    print(f"producing {args.kind} records to {args.topic} at {bootstrap}: {args.rate:g}/s, seed {args.seed}, {limit}", flush=True)
+    try:
+        sent = produce(bootstrap, args.topic, args.kind, args.rate, args.seed, count=args.count,
+                       duration_s=args.duration, entities=args.entities)
+    except KeyboardInterrupt:
+        print("stopped")
+        return EXIT_OK
+    except (KafkaError, OSError) as error:
+        print(f"sana: cannot produce to {bootstrap}: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    print(f"produced {sent} records to {args.topic}")
+    return EXIT_OK
 
 
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:

@@ -13,8 +13,10 @@ import logging
 import os
 import signal
 import socket
+import json
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,8 @@ from sana.settings import EMBEDDED_KAFKA_HOST, Settings
 log = logging.getLogger("sana.up")
 
 BROKER_START_TIMEOUT_S = 30.0
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+DEMO_RATE = 20.0
 
 
 class LaunchError(SanaError):
@@ -78,6 +82,8 @@ class Launcher:
     run_dir: Path
     children: list[Child] = field(default_factory=list)
     embedded_redis: object | None = None
+    demo_stop: threading.Event = field(default_factory=threading.Event)
+    demo_threads: list[threading.Thread] = field(default_factory=list)
 
     def say(self, message: str) -> None:
         print(f"sana up: {message}", flush=True)
@@ -138,7 +144,75 @@ class Launcher:
                                 log_level="info", lifespan="on")
         uvicorn.Server(config).run()
 
+    def start_demo(self, examples: Path = EXAMPLES_DIR) -> None:
+        """In the background: wait for the API, create the examples' source topics, generate them, submit the examples."""
+        thread = threading.Thread(target=self._demo, args=(examples,), name="sana-demo", daemon=True)
+        thread.start()
+        self.demo_threads.append(thread)
+
+    def _demo(self, examples: Path) -> None:
+        import httpx
+
+        url = f"http://{self.settings.api_host}:{self.settings.api_port}"
+        documents = [(path, json.loads(path.read_text())) for path in sorted(examples.glob("*.json"))]
+        if not documents:
+            self.say(f"demo: no dataflows in {examples}")
+            return
+        sources = sorted({task["config"]["topic"] for _, doc in documents for task in doc["tasks"] if task["type"] == "source"})
+        deadline = time.monotonic() + 180
+        while not self.demo_stop.is_set():
+            try:
+                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.say("demo: the API did not become healthy within 180 s; no demo")
+                return
+            time.sleep(0.5)
+        if not self.settings.dry_run:
+            from runtime.broker.topics import Topics
+            from runtime.workload import kind_of, produce
+
+            topics = Topics(self.settings.effective_kafka_bootstrap)
+            topics.ensure(sources)
+            topics.close()
+            for seed, topic in enumerate(sources, start=1):
+                kind = kind_of(topic)
+                rate = DEMO_RATE if kind != "model" else 1.0
+                worker = threading.Thread(
+                    target=produce, args=(self.settings.effective_kafka_bootstrap, topic, kind, rate, seed),
+                    kwargs={"stop": self.demo_stop.is_set}, name=f"sana-demo-{topic}", daemon=True)
+                worker.start()
+                self.demo_threads.append(worker)
+                self.say(f"demo: generating {kind} records into topic {topic!r} at {rate:g}/s")
+        for path, document in documents:
+            if self.demo_stop.is_set():
+                return
+            try:
+                answer = httpx.post(f"{url}/dataflows", json=document, timeout=300)
+            except httpx.TransportError as error:
+                self.say(f"demo: could not submit {path.name}: {error}")
+                continue
+            if answer.status_code != 201:
+                self.say(f"demo: {path.name} was refused ({answer.status_code}): {answer.json().get('detail')}")
+                continue
+            body = answer.json()
+            outputs = ", ".join(sink["topic"] for sink in body["sinks"].values())
+            self.say(f"demo: submitted {path.name} as {body['id']}: {len(body['reused'])} task(s) reused, "
+                     f"{len(body['created'])} created; output on {outputs}")
+        try:
+            stats = httpx.get(f"{url}/stats", timeout=10).json()
+            self.say(f"demo: {stats['submitted_tasks']} submitted tasks run as {stats['running_tasks']} "
+                     f"({stats['saving_percent']}% saved) in {stats['fragments']} fragment(s); "
+                     f"see {url}/running and {url}/runtime/fragments")
+        except (httpx.TransportError, ValueError, KeyError):
+            pass
+
     def stop(self) -> None:
+        self.demo_stop.set()
+        for thread in self.demo_threads:
+            thread.join(5)
         for child in reversed(self.children):
             child.stop()
         if self.embedded_redis is not None:
@@ -170,8 +244,13 @@ def wait_for_kafka(bootstrap: str, process: subprocess.Popen | None = None, log_
     raise LaunchError(f"the broker at {bootstrap} did not answer within {timeout:.0f} s ({last})")
 
 
-def up(settings: Settings) -> int:
-    """Run ``sana up`` until interrupted; returns the exit status."""
+def up(settings: Settings, demo: bool = False) -> int:
+    """Run ``sana up`` until interrupted; returns the exit status.
+
+    With ``demo``: once the API answers, create the source topics of the
+    dataflows in ``examples/``, generate sensor streams into them and submit
+    the examples, printing what each reused.
+    """
     run_dir = Path(settings.run_dir) / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     launcher = Launcher(settings, run_dir)
@@ -188,6 +267,8 @@ def up(settings: Settings) -> int:
         else:
             launcher.say(f"using Kafka at {settings.kafka_bootstrap}")
         launcher.ensure_redis()
+        if demo:
+            launcher.start_demo()
         launcher.serve()
         return 0
     except LaunchError as error:

@@ -1,7 +1,57 @@
-"""Runtime endpoints (fragments, metrics) for the inspector: filled in with the Spark runtime (issue 4)."""
+"""Runtime endpoints for the inspector: per-fragment and per-query metrics of the Spark runtime.
+
+``GET /runtime/fragments``: every running fragment with its query, status
+(``running`` or ``degraded``), input rows/s, batch duration, source lag per
+topic partition, state rows and per-worker load of its keyed operators.
+``GET /runtime/fragments/{id}``: one of them (404 if it does not run).
+``GET /runtime/queries``: the Spark queries behind them (a query can host
+several fragments). Under ``--dry-run`` nothing runs: the lists are empty.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Any
 
-router = APIRouter(tags=["runtime"])
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+
+from sana.errors import SanaError
+
+router = APIRouter(prefix="/runtime", tags=["runtime"])
+
+
+class FragmentNotRunning(SanaError):
+    code = "FRAGMENT_NOT_RUNNING"
+    status = 404
+
+
+async def _metrics(request: Request) -> dict[str, Any]:
+    runtime = request.app.state.services.manager.runtime
+    read = getattr(runtime, "fragment_metrics", None)
+    if read is None:
+        return {"kind": runtime.kind, "fragments": {}, "queries": {}}
+    return {"kind": runtime.kind, **(await run_in_threadpool(read))}
+
+
+@router.get("/fragments")
+async def fragments(request: Request) -> dict[str, Any]:
+    """Metrics of every running fragment."""
+    metrics = await _metrics(request)
+    return {"kind": metrics["kind"], "fragments": list(metrics["fragments"].values())}
+
+
+@router.get("/fragments/{fragment_id}", responses={404: {"description": "the fragment does not run"}})
+async def fragment(fragment_id: str, request: Request) -> dict[str, Any]:
+    """Metrics of one running fragment."""
+    metrics = await _metrics(request)
+    try:
+        return metrics["fragments"][fragment_id]
+    except KeyError:
+        raise FragmentNotRunning(f"no running fragment {fragment_id!r}", culprit={"fragment": fragment_id}) from None
+
+
+@router.get("/queries")
+async def queries(request: Request) -> dict[str, Any]:
+    """The Spark queries and what each hosts, reads and writes."""
+    metrics = await _metrics(request)
+    return {"kind": metrics["kind"], "queries": list(metrics["queries"].values())}

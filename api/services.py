@@ -14,11 +14,6 @@ from sana.settings import Settings
 
 log = logging.getLogger("sana.api")
 
-SPARK_RUNTIME_MISSING = (
-    "the Spark runtime is not built yet (issue 4): deployments are planned and recorded "
-    "as in --dry-run, nothing runs on Spark"
-)
-
 
 @dataclass
 class Services:
@@ -35,11 +30,14 @@ class Services:
 
 def build_services(settings: Settings) -> Services:
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=10)
-    runtime = DryRunRuntime(client, settings.state_prefix)
     note = None
-    if not settings.dry_run:
-        note = SPARK_RUNTIME_MISSING
-        log.warning(note)
-    manager = Manager(client, settings.state_prefix, runtime)
+    if settings.dry_run:
+        runtime = DryRunRuntime(client, settings.state_prefix)
+    else:
+        from runtime.spark.runtime import SparkRuntime  # imports pyspark: only when Spark runs
+
+        runtime = SparkRuntime(client, settings.state_prefix, settings.effective_kafka_bootstrap,
+                               settings.spark_master, settings.checkpoint_dir)
+    manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config)
     kafka = None if settings.dry_run else KafkaProbe(settings.effective_kafka_bootstrap)
     return Services(settings, client, manager, kafka, note)

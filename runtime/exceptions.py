@@ -40,3 +40,15 @@ class OperatorConfigInvalid(SanaError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message, culprit={"field": f"config.{field}" if field else "config"})
         self.field = field
+
+
+class TopicProblem(RuntimeFailure):
+    """A Kafka topic could not be listed, created or checked."""
+
+    code = "TOPIC_PROBLEM"
+
+
+class QueryFailed(RuntimeFailure):
+    """A fragment's Spark query failed to start or died; the message holds Spark's error."""
+
+    code = "QUERY_FAILED"

@@ -1,0 +1,102 @@
+"""End offsets that are right on Tansu as well as on Apache Kafka.
+
+Tansu answers ListOffsets(LATEST) with the base offset of the last record
+batch + 1 instead of the high watermark (DESIGN.md, "Measured on these
+machines"), so a reader that trusts ``end_offsets()`` silently skips the tail
+of the last batch. The workaround: take L from ListOffsets; when L > 0 fetch
+the record at L-1 with a 1-byte fetch limit (the broker still returns the
+whole batch holding it) and use max(L, last offset seen + 1, the fetch
+response's high watermark). On a correct broker this returns L.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from kafka import KafkaConsumer, TopicPartition
+
+PROBE_TIMEOUT_S = 5.0
+
+
+def probe_consumer(bootstrap: str, **overrides) -> KafkaConsumer:
+    """A consumer without a group, fetching as little as the broker allows."""
+    options = dict(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        fetch_max_bytes=1,
+        max_partition_fetch_bytes=1,
+        fetch_max_wait_ms=50,
+        request_timeout_ms=10_000,
+        reconnect_backoff_max_ms=1_000,
+    )
+    options.update(overrides)
+    return KafkaConsumer(**options)
+
+
+def partitions_of(consumer: KafkaConsumer, topic: str, timeout_s: float = PROBE_TIMEOUT_S) -> list[int]:
+    """The partition ids of ``topic`` (waits for metadata; [] if it does not exist)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = consumer.partitions_for_topic(topic)
+        if found or time.monotonic() >= deadline:
+            return sorted(found or ())
+        time.sleep(0.05)
+
+
+def end_offsets(consumer: KafkaConsumer, partitions: Iterable[TopicPartition],
+                timeout_s: float = PROBE_TIMEOUT_S) -> dict[TopicPartition, int]:
+    """The true end offset (next offset to be written) of every partition.
+
+    ``consumer`` should come from :func:`probe_consumer`; its assignment is
+    replaced. Raises ``kafka.errors.KafkaError`` when the broker does not answer.
+    """
+    partitions = list(partitions)
+    if not partitions:
+        return {}
+    listed = consumer.end_offsets(partitions, timeout_ms=int(timeout_s * 1000))
+    result = {tp: int(offset) for tp, offset in listed.items()}
+    probe = [tp for tp, offset in result.items() if offset > 0]
+    if not probe:
+        return result
+    consumer.assign(probe)
+    for tp in probe:
+        consumer.seek(tp, result[tp] - 1)
+    answered: set[TopicPartition] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(answered) < len(probe) and time.monotonic() < deadline:
+        batches = consumer.poll(timeout_ms=100, max_records=100_000)
+        for tp, records in batches.items():
+            if records:
+                result[tp] = max(result[tp], records[-1].offset + 1)
+                answered.add(tp)
+        for tp in probe:
+            high = consumer.highwater(tp)
+            if high is not None:
+                result[tp] = max(result[tp], int(high))
+                answered.add(tp)
+    consumer.assign([])
+    return result
+
+
+def topic_end_offsets(consumer: KafkaConsumer, topics: Iterable[str]) -> dict[str, dict[int, int]]:
+    """``{topic: {partition: end offset}}`` for whole topics (missing topics are left out)."""
+    wanted = [TopicPartition(topic, partition) for topic in topics for partition in partitions_of(consumer, topic)]
+    ends = end_offsets(consumer, wanted)
+    result: dict[str, dict[int, int]] = {}
+    for tp, offset in ends.items():
+        result.setdefault(tp.topic, {})[tp.partition] = offset
+    return result
+
+
+def lag(latest: Mapping[str, Mapping[int, int]], done: Mapping[str, Mapping[int, int]]) -> dict[str, dict[int, int]]:
+    """Records not yet processed, per topic and partition.
+
+    >>> lag({"t": {0: 10, 1: 4}}, {"t": {0: 7}})
+    {'t': {0: 3, 1: 4}}
+    """
+    return {
+        topic: {partition: max(0, end - done.get(topic, {}).get(partition, 0)) for partition, end in sorted(ends.items())}
+        for topic, ends in latest.items()
+    }

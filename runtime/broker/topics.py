@@ -1,0 +1,115 @@
+"""Topic names derived from content, and creating/deleting topics.
+
+Internal topics (a stream between two Spark queries, a tap on a running
+task) are named from the producing task's signature and the runtime's
+namespace (the state prefix), so two managers on one cluster never collide
+and a name never depends on submission order (STYLE.md item 8).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+from runtime.exceptions import TopicProblem
+
+log = logging.getLogger("sana.runtime.topics")
+
+MAX_TOPIC = 249
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def stream_topic(namespace: str, signature: str) -> str:
+    """The internal topic carrying the output of the task with ``signature``.
+
+    >>> stream_topic("sana", "ab" * 32)
+    'sana.stream.abababababababababababab'
+    """
+    name = f"{_UNSAFE.sub('-', namespace)}.stream.{signature[:24]}"
+    if len(name) > MAX_TOPIC:
+        raise TopicProblem(f"topic name {name!r} is longer than {MAX_TOPIC} characters; use a shorter SANA_STATE_PREFIX")
+    return name
+
+
+class Topics:
+    """Create and delete topics, and check partition counts, through one admin client."""
+
+    def __init__(self, bootstrap: str, partitions: int = 1) -> None:
+        self.bootstrap = bootstrap
+        self.partitions = partitions
+        self._admin: KafkaAdminClient | None = None
+
+    def _client(self) -> KafkaAdminClient:
+        if self._admin is None:
+            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
+        return self._admin
+
+    def _reset(self) -> None:
+        if self._admin is not None:
+            try:
+                self._admin.close()
+            except Exception:  # closing a broken client must not hide the first error
+                pass
+        self._admin = None
+
+    def existing(self) -> set[str]:
+        try:
+            return set(self._client().list_topics())
+        except (KafkaError, OSError) as error:
+            self._reset()
+            raise TopicProblem(f"cannot list topics at {self.bootstrap}: {error}") from error
+
+    def ensure(self, topics: Iterable[str], partitions: int | None = None) -> list[str]:
+        """Create the topics that do not exist; returns the ones created. Waits until they are visible."""
+        wanted = sorted(set(topics))
+        if not wanted:
+            return []
+        have = self.existing()
+        missing = [topic for topic in wanted if topic not in have]
+        if missing:
+            count = partitions or self.partitions
+            try:
+                self._client().create_topics([NewTopic(topic, count, 1) for topic in missing])
+            except TopicAlreadyExistsError:
+                pass
+            except (KafkaError, OSError) as error:
+                self._reset()
+                raise TopicProblem(f"cannot create topics {missing} at {self.bootstrap}: {error}") from error
+            self._wait_visible(missing)
+            log.info("created topics %s", missing)
+        return missing
+
+    def _wait_visible(self, topics: list[str], timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            absent = set(topics) - self.existing()
+            if not absent:
+                return
+            if time.monotonic() > deadline:
+                raise TopicProblem(f"topics {sorted(absent)} were created but are not visible after {timeout_s:.0f} s")
+            time.sleep(0.05)
+
+    def delete(self, topics: Iterable[str]) -> None:
+        """Delete topics; missing ones are ignored, failures only logged (a leftover topic is harmless)."""
+        doomed = sorted(set(topics))
+        if not doomed:
+            return
+        try:
+            present = [topic for topic in doomed if topic in self.existing()]
+            if present:
+                self._client().delete_topics(present)
+                log.info("deleted topics %s", present)
+        except (UnknownTopicOrPartitionError, TopicProblem):
+            pass
+        except (KafkaError, OSError) as error:
+            self._reset()
+            log.warning("could not delete topics %s: %s", doomed, error)
+
+    def close(self) -> None:
+        self._reset()

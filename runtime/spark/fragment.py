@@ -1,0 +1,416 @@
+"""One Spark Structured Streaming query running one or more fragments.
+
+The query's streaming part is fixed when it starts: the ``sana_kafka`` source
+over its input topics (its source tasks' topics and the internal topics it
+reads from other queries). Everything else happens in a ``foreachBatch``
+stage that, once per micro-batch, takes the query's live :class:`QueryPlan`
+(its active tasks and its outputs: sinks and taps) and evaluates it on the
+cached micro-batch, writing every output in one Kafka write. So a merge that
+needs the output of a task in the middle of a running query adds a tap (or
+hosts the new tasks right there), and an unmerge removes tasks and taps,
+without restarting the query (DESIGN.md, "Runtime principles").
+
+The plan is swapped atomically; a batch uses the plan it read when it began.
+:meth:`FragmentQuery.set_plan` can wait until no batch is still running an
+older plan, which is how ``DELETE`` knows nothing more is written for a
+removed dataflow.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from runtime.exceptions import QueryFailed
+from runtime.broker.offsets import lag
+from runtime.broker.producer import BatchProducer
+from runtime.operators import get_operator
+from runtime.plan import TaskSpec
+from runtime.spark.builders import encode_sql, parse_sql
+from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
+from runtime.spark.state import StateStore
+
+log = logging.getLogger("sana.runtime.query")
+
+RECENT_BATCHES = 20
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """What a query computes now.
+
+    ``tasks``: active tasks hosted by the query, parents first. ``reads``:
+    parent task id -> internal topic, for parents running in other queries.
+    ``outputs``: ``(task id, topic)`` written every batch (sinks and taps).
+    ``schemas``: output schema of every task the plan names (parents too).
+    """
+
+    version: int
+    tasks: tuple[TaskSpec, ...] = ()
+    reads: Mapping[str, str] = field(default_factory=dict)
+    outputs: tuple[tuple[str, str], ...] = ()
+    schemas: Mapping[str, dict[str, str]] = field(default_factory=dict)
+
+    def same_work(self, other: "QueryPlan") -> bool:
+        return (
+            [t.id for t in self.tasks] == [t.id for t in other.tasks]
+            and dict(self.reads) == dict(other.reads)
+            and self.outputs == other.outputs
+        )
+
+
+@dataclass
+class BatchStats:
+    batch_id: int
+    written: int
+    duration_ms: float
+    outputs: int
+    at: float
+
+
+class FragmentQuery:
+    """A Spark query hosting fragments; ``inputs`` are its topics and their start offsets."""
+
+    def __init__(self, spark: SparkSession, query_id: str, inputs: Mapping[str, Mapping[str, int]],
+                 bootstrap: str, checkpoint: Path, trigger_s: float, fragments: set[str] | None = None,
+                 max_records_per_batch: int = 0, producer: BatchProducer | None = None) -> None:
+        self.spark = spark
+        self.id = query_id
+        self.inputs = {topic: dict(parts) for topic, parts in inputs.items()}
+        self.bootstrap = bootstrap
+        self.checkpoint = checkpoint
+        self.trigger_s = trigger_s
+        self.fragments = set(fragments or ())
+        self.max_records_per_batch = max_records_per_batch
+        self.producer = producer
+        self.plan = QueryPlan(0)
+        self.query = None
+        self.run = ""
+        self.restarts = 0
+        self.last_error: str | None = None
+        self.started_at: float | None = None
+        self.recent: deque[BatchStats] = deque(maxlen=RECENT_BATCHES)
+        self.last_timing: dict[str, float] = {}
+        self.batches_done = 0
+        self.keyed: dict[str, Any] = {}
+        self._store = StateStore(checkpoint / "sana-state")
+        self._states: dict[str, Any] = {}
+        self._states_version: int | None = None
+        self._state_bytes = 0
+        self._in_flight: int | None = None
+        self._cond = threading.Condition()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start (or restart from the checkpoint) the Spark query; returns when it runs."""
+        self.run = uuid.uuid4().hex[:12]
+        self._states_version = None
+        self._states = {}
+        reader = (
+            self.spark.readStream.format(SOURCE_FORMAT)
+            .option("bootstrap", self.bootstrap)
+            .option("topics", json.dumps(self.inputs, sort_keys=True))
+        )
+        if self.max_records_per_batch:
+            reader = reader.option("max_records_per_batch", str(self.max_records_per_batch))
+        writer = (
+            reader.load().writeStream.queryName(self.id)
+            .foreachBatch(self._batch)
+            .option("checkpointLocation", str(self.checkpoint / "spark"))
+            .trigger(processingTime=f"{int(self.trigger_s * 1000)} milliseconds")
+        )
+        self.query = writer.start()
+        self.started_at = time.time()
+
+    def wait_running(self, timeout_s: float = 90.0) -> None:
+        """Return once the query has planned its first trigger; raise :class:`QueryFailed` if it died."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.query.isActive:
+                raise QueryFailed(f"query {self.id} stopped while starting: {self.error() or 'no error reported'}")
+            status = self.query.status
+            if self.query.recentProgress or status.get("message") in ("Waiting for data to arrive", "Waiting for next trigger"):
+                if self.query.isActive:
+                    return
+            time.sleep(0.05)
+        raise QueryFailed(f"query {self.id} did not start within {timeout_s:.0f} s (status {self.query.status})")
+
+    def ran_since_start(self) -> bool:
+        """True once the current run has completed a trigger (it runs again after a restart)."""
+        try:
+            status = self.query.status
+            return bool(self.query.recentProgress) or status.get("message") in ("Waiting for data to arrive", "Waiting for next trigger")
+        except Exception:  # a query without a JVM side has not run
+            return False
+
+    def alive(self) -> bool:
+        return self.query is not None and self.query.isActive
+
+    def error(self) -> str | None:
+        if self.query is None:
+            return self.last_error
+        try:
+            problem = self.query.exception()
+        except Exception as error:  # the JVM side is gone
+            return str(error)
+        if problem is None:
+            return self.last_error
+        return describe_failure(str(problem)) or type(problem).__name__
+
+    def stop(self) -> None:
+        if self.query is not None:
+            try:
+                self.query.stop()
+            except Exception as error:  # stopping a dead query can complain; it is stopped either way
+                log.warning("stopping query %s: %s", self.id, error)
+
+    def close(self) -> None:
+        self.stop()
+        if self.producer is not None:
+            self.producer.close()
+
+    def discard(self) -> None:
+        """Stop and delete the checkpoint (the query's work is gone for good)."""
+        self.close()
+        shutil.rmtree(self.checkpoint, ignore_errors=True)
+
+    # -- the live plan -----------------------------------------------------------
+
+    def set_plan(self, plan: QueryPlan, wait: bool = False, timeout_s: float = 120.0) -> None:
+        """Make ``plan`` the one the next batch uses; with ``wait``, until no batch runs an older one."""
+        keyed: dict[str, Any] = {}
+        for task in plan.tasks:
+            spec = get_operator(task.type)
+            factory = spec.builder.get("spark_keyed")
+            if factory is None:
+                continue
+            operator = self.keyed.get(task.id)
+            if operator is None:
+                ports = {port.name: [plan.schemas[parent] for p, parent in task.inputs if p == port.name] for port in spec.ports}
+                operator = factory(task, ports)
+            keyed[task.id] = operator
+        with self._cond:
+            self.plan = plan
+            self.keyed = keyed
+        if wait:
+            self.wait_quiesced(plan.version, timeout_s)
+
+    def wait_quiesced(self, version: int, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._in_flight is not None and self._in_flight < version:
+                if not self.alive():
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise QueryFailed(f"query {self.id}: a batch with an old plan still runs after {timeout_s:.0f} s")
+                self._cond.wait(min(remaining, 0.5))
+
+    # -- one micro-batch ----------------------------------------------------------
+
+    def _batch(self, df: DataFrame, batch_id: int) -> None:
+        with self._cond:
+            plan, keyed = self.plan, self.keyed
+            self._in_flight = plan.version
+        started = time.perf_counter()
+        try:
+            written, outputs = self._evaluate(plan, keyed, df, batch_id)
+        finally:
+            with self._cond:
+                self._in_flight = None
+                self._cond.notify_all()
+        self.batches_done += 1
+        self.recent.append(BatchStats(batch_id, written, round(1000 * (time.perf_counter() - started), 1), outputs, time.time()))
+
+    def _evaluate(self, plan: QueryPlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int) -> tuple[int, int]:
+        """Run the plan on one micro-batch: one SQL statement (CTEs + UNION ALL of the outputs), one write."""
+        if not plan.outputs:
+            return 0, 0
+        began = time.perf_counter()
+        session = df.sparkSession  # the query's own session: its temp views are the ones SQL sees
+        token = f"sana_{uuid.uuid4().hex[:12]}"
+        consumers = _consumers(plan)
+        readers = sum(1 for task in plan.tasks if task.type == "source") + len(plan.reads)
+        shared = len(plan.outputs) > 1 or bool(keyed) or readers > 1
+        raw = df.persist() if shared else df
+        raw.createOrReplaceTempView(f"{token}_raw")
+        views, cached = [f"{token}_raw"], [raw] if shared else []
+        ctes: list[str] = []
+        names: dict[str, str] = {}
+
+        def define(key: str, body: str, materialize: bool = False) -> str:
+            name = f"t{len(ctes)}"
+            if materialize:  # a fork: computed once per batch, not once per branch
+                frame = session.sql(_with(ctes, f"SELECT * FROM ({body})")).persist()
+                view = f"{token}_{name}"
+                frame.createOrReplaceTempView(view)
+                views.append(view)
+                cached.append(frame)
+                body = f"SELECT * FROM {view}"
+            ctes.append(f"{name} AS ({body})")
+            names[key] = name
+            return name
+
+        try:
+            states = self._load_states(batch_id) if keyed else {}
+            new_states: dict[str, Any] = {}
+            for task in plan.tasks:
+                if task.type == "source":
+                    define(task.id, parse_sql(f"{token}_raw", task.config["topic"], task.schema), consumers.get(task.id, 0) > 1)
+                    continue
+                spec = get_operator(task.type)
+                inputs: dict[str, list[str]] = {port.name: [] for port in spec.ports}
+                for port, parent in task.inputs:
+                    if parent not in names:
+                        define(parent, parse_sql(f"{token}_raw", plan.reads[parent], plan.schemas[parent]),
+                               consumers.get(parent, 0) > 1)
+                    inputs[port].append(names[parent])
+                operator = keyed.get(task.id)
+                if operator is None:
+                    define(task.id, spec.builder["spark_sql"](task, inputs))
+                    continue
+                frames = {port: [session.sql(_with(ctes, f"SELECT * FROM {name}")) for name in sources]
+                          for port, sources in inputs.items()}
+                state = states.get(task.id) or operator.initial_state()
+                output, new_states[task.id] = operator.process(session, batch_id, frames, state)
+                view = f"{token}_k{len(views)}"
+                output.createOrReplaceTempView(view)
+                views.append(view)
+                define(task.id, f"SELECT * FROM {view}")
+            statement = _with(ctes, " UNION ALL ".join(encode_sql(names[task_id], topic) for task_id, topic in plan.outputs))
+            output = session.sql(statement)
+            headers = [("sana.writer", self.id.encode()), ("sana.run", self.run.encode()), ("sana.batch", str(batch_id).encode())]
+            planned = time.perf_counter()
+            if self.producer is not None:
+                table = output.toArrow()
+                collected = time.perf_counter()
+                written = self.producer.send_table(table, headers)
+            else:
+                (
+                    output.write.format(SOURCE_FORMAT).option("bootstrap", self.bootstrap).option("writer", self.id)
+                    .option("run", self.run).option("batch", str(batch_id)).mode("append").save()
+                )
+                collected, written = time.perf_counter(), -1
+            self.last_timing = {"plan_ms": round(1000 * (planned - began), 1),
+                                "compute_ms": round(1000 * (collected - planned), 1),
+                                "write_ms": round(1000 * (time.perf_counter() - collected), 1)}
+            if keyed:
+                self._save_states(batch_id, new_states)
+            return written, len(plan.outputs)
+        finally:
+            for view in views:
+                session.catalog.dropTempView(view)
+            for frame in cached:
+                frame.unpersist()
+
+    def _load_states(self, batch_id: int) -> dict[str, Any]:
+        if self._states_version is not None and self._states_version == batch_id - 1:
+            return self._states
+        version, states = self._store.load_before(batch_id)
+        self._states_version = version
+        self._states = states
+        return states
+
+    def _save_states(self, batch_id: int, states: dict[str, Any]) -> None:
+        self._state_bytes = self._store.save(batch_id, states)
+        self._states = states
+        self._states_version = batch_id
+
+    # -- metrics -------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        progress = None
+        if self.query is not None:
+            try:
+                progress = self.query.lastProgress
+            except Exception:  # a dead JVM query answers nothing
+                progress = None
+        result: dict[str, Any] = {
+            "query": self.id,
+            "run": self.run,
+            "status": "running" if self.alive() else "down",
+            "fragments": sorted(self.fragments),
+            "tasks": [task.id for task in self.plan.tasks],
+            "outputs": [{"task": task_id, "topic": topic} for task_id, topic in self.plan.outputs],
+            "inputs": sorted(self.inputs),
+            "restarts": self.restarts,
+            "batches": self.batches_done,
+            "error": self.error() if not self.alive() else None,
+            "recent_batches": [vars(stats) for stats in self.recent],
+            "last_batch_timing": dict(self.last_timing),
+        }
+        if progress:
+            source = (progress.get("sources") or [{}])[0]
+            durations = progress.get("durationMs") or {}
+            end = _offsets(source.get("endOffset"))
+            latest = _offsets(source.get("latestOffset")) or end
+            result.update({
+                "batch_id": progress.get("batchId"),
+                "input_rows_per_s": progress.get("inputRowsPerSecond"),
+                "processed_rows_per_s": progress.get("processedRowsPerSecond"),
+                "batch_duration_ms": durations.get("triggerExecution"),
+                "rows_last_batch": progress.get("numInputRows"),
+                "source_lag": lag(latest, end) if latest else {},
+                "progress_at": progress.get("timestamp"),
+            })
+        states = self._states or {}
+        result["state"] = {
+            "bytes": self._state_bytes,
+            "rows": sum(operator.state_rows(states.get(task_id) or {}) for task_id, operator in self.keyed.items()),
+            "operators": {task_id: operator.metrics(states.get(task_id)) for task_id, operator in self.keyed.items()},
+        }
+        return result
+
+
+def _with(ctes: list[str], query: str) -> str:
+    return f"WITH {', '.join(ctes)} {query}" if ctes else query
+
+
+def _consumers(plan: QueryPlan) -> dict[str, int]:
+    """How many tasks and outputs of the plan read each task's output."""
+    counts: dict[str, int] = {}
+    for task in plan.tasks:
+        for _, parent in task.inputs:
+            counts[parent] = counts.get(parent, 0) + 1
+    for task_id, _ in plan.outputs:
+        counts[task_id] = counts.get(task_id, 0) + 1
+    return counts
+
+
+_PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Failed|Timeout\w*)\b")
+
+
+def describe_failure(text: str) -> str:
+    """The line of a Spark query exception that says what failed: the innermost Python error if any.
+
+    Spark wraps an error raised in ``foreachBatch`` in several Java and py4j
+    layers; ``"RuntimeError: injected failure"`` is what an operator needs to see.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    python = [line for line in lines if _PYTHON_ERROR.match(line) and not line.startswith(("org.", "java.", "py4j."))]
+    chosen = python[-1] if python else (lines[0] if lines else "")
+    return chosen[:2000]
+
+
+def _offsets(value: Any) -> dict[str, dict[int, int]]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    if not isinstance(value, dict):
+        return {}
+    return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in value.items() if isinstance(parts, dict)}

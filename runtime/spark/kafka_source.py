@@ -1,0 +1,312 @@
+"""``sana_kafka``: a PySpark Python Data Source reading and writing Kafka with kafka-python.
+
+No JVM Kafka connector is needed (it cannot be downloaded here).
+
+Reading (streaming): one source reads several topics with manual partition
+assignment and yields raw records as ``(topic string, value string)``; the
+fragment parses each topic's JSON with its declared schema. Offsets are
+``{topic: {partition: next offset}}``: Spark keeps them in the query's
+checkpoint (offset log), so a query restarted from its checkpoint resumes
+exactly where its last committed batch ended. End offsets use the Tansu
+workaround of :mod:`runtime.broker.offsets`.
+
+Options: ``bootstrap``; ``topics``, JSON ``{topic: {partition: start offset}}``
+(the offsets a fresh query starts from: the runtime fixes them when it
+creates the query, so a record produced after that is read);
+``max_records_per_batch`` (optional cap, split evenly over partitions).
+
+Writing (batch, and streaming): rows ``(topic string, value string)`` are
+produced as they are, each with headers ``sana.writer``, ``sana.run`` and
+``sana.batch`` so a consumer can recognize a replayed batch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+NAME = "sana_kafka"
+RAW_SCHEMA = "topic string, value string"
+READ_STALL_S = 60.0
+ARROW_CHUNK = 8192
+
+# kafka-python clients cached per Python worker process (workers are reused).
+_CONSUMERS: dict[str, object] = {}
+_PRODUCERS: dict[str, object] = {}
+
+
+def _consumer(bootstrap: str):
+    from kafka import KafkaConsumer
+
+    consumer = _CONSUMERS.get(bootstrap)
+    if consumer is None:
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+            max_partition_fetch_bytes=8 << 20, fetch_max_bytes=32 << 20, fetch_max_wait_ms=100,
+            request_timeout_ms=20_000, reconnect_backoff_max_ms=1_000,
+        )
+        _CONSUMERS[bootstrap] = consumer
+    return consumer
+
+
+def _producer(bootstrap: str):
+    from kafka import KafkaProducer
+
+    producer = _PRODUCERS.get(bootstrap)
+    if producer is None:
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 << 10, acks=1,
+            retries=10, retry_backoff_ms=200, request_timeout_ms=20_000, max_block_ms=30_000,
+            reconnect_backoff_max_ms=1_000,
+        )
+        _PRODUCERS[bootstrap] = producer
+    return producer
+
+
+def _drop_client(cache: dict, bootstrap: str) -> None:
+    client = cache.pop(bootstrap, None)
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # a broken client is dropped whatever it says
+            pass
+
+
+@dataclass(frozen=True)
+class KafkaSlice(InputPartition):
+    """Offsets ``[start, end)`` of one topic partition: one Spark task."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def read_slice(bootstrap: str, part: KafkaSlice) -> Iterator[pa.RecordBatch]:
+    """Yield the values of offsets ``[start, end)`` as Arrow batches ``(topic, value)``."""
+    from kafka import TopicPartition
+    from kafka.errors import KafkaError
+
+    tp = TopicPartition(part.topic, part.partition)
+    values: list[str] = []
+    position = part.start
+    last_progress = time.monotonic()
+    consumer = _consumer(bootstrap)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, part.start)
+        while position < part.end:
+            batches = consumer.poll(timeout_ms=200, max_records=50_000)
+            progressed = False
+            for record in batches.get(tp, ()):
+                if record.offset >= part.end:
+                    break
+                if record.offset >= position:
+                    if record.value is not None:
+                        values.append(record.value.decode("utf-8", "replace"))
+                    position = record.offset + 1
+                    progressed = True
+            # Offsets can be skipped (transaction markers, compaction): trust the fetch position.
+            fetched = consumer.position(tp)
+            if fetched is not None and fetched > position:
+                position = min(fetched, part.end)
+                progressed = True
+            if progressed:
+                last_progress = time.monotonic()
+                if len(values) >= ARROW_CHUNK:
+                    yield _arrow(part.topic, values)
+                    values = []
+            elif time.monotonic() - last_progress > READ_STALL_S:
+                raise TimeoutError(
+                    f"{part.topic}[{part.partition}]: no progress at offset {position} of {part.end} for {READ_STALL_S:.0f} s"
+                )
+    except (KafkaError, OSError):
+        _drop_client(_CONSUMERS, bootstrap)
+        raise
+    if values:
+        yield _arrow(part.topic, values)
+
+
+def _arrow(topic: str, values: list[str]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([topic] * len(values), pa.string()), pa.array(values, pa.string())], names=["topic", "value"]
+    )
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.bootstrap = options["bootstrap"]
+        self.start_offsets: dict[str, dict[str, int]] = {
+            topic: {str(partition): int(offset) for partition, offset in parts.items()}
+            for topic, parts in json.loads(options["topics"]).items()
+        }
+        self.max_records = int(options.get("max_records_per_batch", "0") or 0)
+        self._probe = None
+        self._latest: dict[str, dict[str, int]] | None = None
+
+    def initialOffset(self) -> dict:
+        return {topic: dict(parts) for topic, parts in self.start_offsets.items()}
+
+    def _ends(self) -> dict[str, dict[str, int]]:
+        from kafka.errors import KafkaError
+
+        from runtime.broker.offsets import probe_consumer, topic_end_offsets
+
+        try:
+            if self._probe is None:
+                self._probe = probe_consumer(self.bootstrap)
+            ends = topic_end_offsets(self._probe, list(self.start_offsets))
+        except (KafkaError, OSError):
+            if self._probe is not None:
+                self._probe.close()
+            self._probe = None
+            raise
+        return {topic: {str(partition): offset for partition, offset in parts.items()} for topic, parts in ends.items()}
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        ends = self._ends()
+        begin = start or self.initialOffset()
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else 0
+        partition_count = max(1, sum(len(parts) for parts in ends.values()))
+        per_partition = max(1, cap // partition_count) if cap else 0
+        result: dict[str, dict[str, int]] = {}
+        for topic in self.start_offsets:
+            known = begin.get(topic, {})
+            result[topic] = {}
+            for partition, end in ends.get(topic, {}).items():
+                first = int(known.get(partition, self.start_offsets[topic].get(partition, 0)))
+                last = max(first, end)
+                if per_partition:
+                    last = min(last, first + per_partition)
+                result[topic][partition] = last
+            for partition, offset in known.items():  # a partition the broker forgot: keep our position
+                result[topic].setdefault(partition, int(offset))
+        self._latest = ends
+        return result
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
+
+    def partitions(self, start: dict, end: dict) -> list[KafkaSlice]:
+        slices: list[KafkaSlice] = []
+        for topic, parts in end.items():
+            begin = start.get(topic, {}) if start else {}
+            for partition, last in sorted(parts.items(), key=lambda item: int(item[0])):
+                first = int(begin.get(partition, self.start_offsets.get(topic, {}).get(partition, 0)))
+                if int(last) > first:
+                    slices.append(KafkaSlice(topic, int(partition), first, int(last)))
+        return slices
+
+    def read(self, partition: KafkaSlice) -> Iterator[pa.RecordBatch]:
+        return read_slice(self.bootstrap, partition)
+
+    def commit(self, end: dict) -> None:
+        return None
+
+    def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
+
+
+@dataclass
+class Written(WriterCommitMessage):
+    records: int
+
+
+def produce_rows(bootstrap: str, batches: Iterator[pa.RecordBatch], headers: list[tuple[str, bytes]]) -> int:
+    """Produce ``(topic, value)`` rows; returns how many. Raises if the broker does not take them."""
+    from kafka.errors import KafkaError
+
+    producer = _producer(bootstrap)
+    count = 0
+    try:
+        futures = []
+        for batch in batches:
+            topics = batch.column("topic").to_pylist()
+            values = batch.column("value").to_pylist()
+            for topic, value in zip(topics, values):
+                futures.append(producer.send(topic, value=value.encode("utf-8"), headers=headers))
+                count += 1
+        producer.flush(timeout=60)
+        for future in futures:
+            future.get(timeout=60)
+    except (KafkaError, OSError):
+        _drop_client(_PRODUCERS, bootstrap)
+        raise
+    return count
+
+
+def _headers(options: dict[str, str], batch: str | None) -> list[tuple[str, bytes]]:
+    headers = [("sana.writer", options.get("writer", "").encode())]
+    if options.get("run"):
+        headers.append(("sana.run", options["run"].encode()))
+    if batch is not None:
+        headers.append(("sana.batch", batch.encode()))
+    return headers
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("sana_kafka")``: used once per micro-batch by a fragment."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = dict(options)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        return Written(produce_rows(self.options["bootstrap"], iterator, _headers(self.options, self.options.get("batch"))))
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("sana_kafka")``: the batch id comes from Spark."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = dict(options)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch = context.getLocalProperty("streaming.sql.batchId") if context else None
+        return Written(produce_rows(self.options["bootstrap"], iterator, _headers(self.options, batch)))
+
+    def commit(self, messages, batchId) -> None:
+        return None
+
+    def abort(self, messages, batchId) -> None:
+        return None
+
+
+class SanaKafka(DataSource):
+    """Registered as ``sana_kafka`` on the runtime's SparkSession."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return RAW_SCHEMA
+
+    def streamReader(self, schema) -> KafkaStreamReader:
+        return KafkaStreamReader(self.options)
+
+    def writer(self, schema, overwrite: bool) -> KafkaBatchWriter:
+        return KafkaBatchWriter(self.options)
+
+    def streamWriter(self, schema, overwrite: bool) -> KafkaStreamWriter:
+        return KafkaStreamWriter(self.options)

@@ -1,0 +1,137 @@
+"""Which query runs which task, and what each query reads and writes (pure functions).
+
+A *fragment* (assigned by the scheduler) is a connected group of tasks at one
+site. The runtime runs each fragment in a Spark query; a new fragment that
+has no source of its own and reads only tasks of one running query at its
+site is *hosted* by that query (its tasks are added to the query's live plan;
+no new query, no Kafka hop). Otherwise it gets a query of its own, which
+reads the tasks of other queries through internal topics (taps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from runtime.broker.topics import stream_topic
+from runtime.plan import TaskSpec
+
+
+@dataclass
+class QueryLayout:
+    """What one query must do for a given set of running tasks."""
+
+    tasks: list[TaskSpec] = field(default_factory=list)
+    reads: dict[str, str] = field(default_factory=dict)
+    outputs: list[tuple[str, str]] = field(default_factory=list)
+    schemas: dict[str, dict[str, str]] = field(default_factory=dict)
+    source_topics: set[str] = field(default_factory=set)
+    sink_topics: set[str] = field(default_factory=set)
+
+    @property
+    def input_topics(self) -> set[str]:
+        return self.source_topics | set(self.reads.values())
+
+    @property
+    def internal_topics(self) -> set[str]:
+        """Internal topics this query writes (taps) or reads."""
+        written = {topic for task_id, topic in self.outputs if topic not in self.sink_topics}
+        return written | set(self.reads.values())
+
+
+def parents_first(tasks: Mapping[str, TaskSpec]) -> list[TaskSpec]:
+    """The tasks ordered so that parents come before children (ties by id)."""
+    pending = {task_id: {parent for _, parent in task.inputs if parent in tasks} for task_id, task in tasks.items()}
+    children: dict[str, list[str]] = {}
+    for task_id, parents in pending.items():
+        for parent in parents:
+            children.setdefault(parent, []).append(task_id)
+    ready = sorted(task_id for task_id, parents in pending.items() if not parents)
+    order: list[TaskSpec] = []
+    while ready:
+        task_id = ready.pop(0)
+        order.append(tasks[task_id])
+        for child in sorted(children.get(task_id, ())):
+            pending[child].discard(task_id)
+            if not pending[child]:
+                ready.append(child)
+    if len(order) != len(tasks):
+        raise ValueError("the running tasks contain a cycle")
+    return order
+
+
+def assign_hosts(
+    tasks: Mapping[str, TaskSpec],
+    host: Mapping[str, str],
+    query_site: Mapping[str, str | None],
+    new_query: Callable[[str], str],
+    hosting: bool = True,
+) -> dict[str, str]:
+    """Give every fragment of ``tasks`` without a host a query; returns the full mapping.
+
+    ``host`` maps fragments already running to their query, ``query_site`` a
+    query to its site, ``new_query(fragment)`` makes a fresh query id.
+    A fragment is hosted by a running query when it has no source task and
+    every stream into it comes from that one query at the same site.
+    With ``hosting=False`` every new fragment gets a query of its own (the
+    baseline the benchmarks compare with).
+    """
+    result = dict(host)
+    members: dict[str, list[TaskSpec]] = {}
+    for task in parents_first(tasks):
+        members.setdefault(task.fragment, []).append(task)
+    sites = dict(query_site)
+    waiting = [fragment for fragment in members if fragment not in result]
+    while waiting:
+        progressed = False
+        for fragment in list(waiting):
+            inside = {task.id for task in members[fragment]}
+            parents = {parent for task in members[fragment] for _, parent in task.inputs if parent not in inside}
+            parent_fragments = {tasks[parent].fragment for parent in parents}
+            if any(frag not in result for frag in parent_fragments):
+                continue
+            site = members[fragment][0].site
+            queries = {result[frag] for frag in parent_fragments}
+            has_source = any(task.type == "source" for task in members[fragment])
+            if hosting and not has_source and len(queries) == 1 and sites.get(next(iter(queries)), site) == site:
+                result[fragment] = next(iter(queries))
+            else:
+                result[fragment] = new_query(fragment)
+                sites[result[fragment]] = site
+            waiting.remove(fragment)
+            progressed = True
+        if not progressed:  # fragments that read each other (through other sites): each its own query
+            fragment = waiting.pop(0)
+            result[fragment] = new_query(fragment)
+            sites[result[fragment]] = members[fragment][0].site
+    return {fragment: query for fragment, query in result.items() if fragment in members}
+
+
+def layouts(tasks: Mapping[str, TaskSpec], host: Mapping[str, str], namespace: str) -> dict[str, QueryLayout]:
+    """Per query: its tasks (parents first), what it reads from other queries, what it writes."""
+    query_of = {task_id: host[task.fragment] for task_id, task in tasks.items()}
+    result: dict[str, QueryLayout] = {}
+    tapped: set[str] = set()
+    for task in parents_first(tasks):
+        layout = result.setdefault(query_of[task.id], QueryLayout())
+        layout.tasks.append(task)
+        layout.schemas[task.id] = task.schema
+        if task.type == "source":
+            layout.source_topics.add(task.config["topic"])
+        for _, parent in task.inputs:
+            layout.schemas[parent] = tasks[parent].schema
+            if query_of[parent] != query_of[task.id]:
+                layout.reads[parent] = stream_topic(namespace, tasks[parent].signature)
+                tapped.add(parent)
+    for task in parents_first(tasks):
+        layout = result[query_of[task.id]]
+        if task.type == "sink":
+            layout.outputs.append((task.id, task.config["topic"]))
+            layout.sink_topics.add(task.config["topic"])
+        elif task.id in tapped:
+            layout.outputs.append((task.id, stream_topic(namespace, task.signature)))
+    return result
+
+
+def internal_topics(plans: Iterable[QueryLayout]) -> set[str]:
+    return set().union(*(plan.internal_topics for plan in plans))

@@ -1,0 +1,375 @@
+"""The Spark runtime: runs the manager's running tasks as few Spark queries linked by Kafka.
+
+``apply(change)`` converges what runs onto the running set after the change:
+new fragments are hosted by a running query or get a query of their own
+(:mod:`runtime.spark.layout`); running queries get their new live plan (new
+taps, hosted tasks; removed tasks) without a restart; emptied queries stop and
+lose their checkpoint; internal topics are created before anything reads them
+and deleted when nothing uses them. ``apply`` returns once new queries have
+started and, when something was removed, once no batch still runs the old
+plan, so ``POST`` and ``DELETE`` answer when the work runs or has stopped.
+
+Which query hosts which fragment, and the offsets each query started from,
+are kept in Redis under ``<prefix>:runtime:`` so that a manager restarted
+after a crash (``reconcile``) restarts every query from its checkpoint with
+the same inputs: nothing is lost, a batch in flight at the crash is replayed.
+
+A supervisor thread restarts a query that died (with backoff) from its
+checkpoint; ``health()`` reports it as degraded until it runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from runtime.exceptions import QueryFailed, RuntimeFailure
+from runtime.broker.offsets import probe_consumer, topic_end_offsets
+from runtime.broker.producer import BatchProducer
+from runtime.broker.topics import Topics
+from runtime.plan import Change, TaskSpec
+from runtime.spark.fragment import FragmentQuery, QueryPlan
+from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts
+
+log = logging.getLogger("sana.runtime.spark")
+
+SUPERVISE_EVERY_S = 1.0
+MAX_BACKOFF_S = 30.0
+
+
+class SparkRuntime:
+    """The data plane for one manager (one Redis prefix, one SparkSession)."""
+
+    kind = "spark"
+
+    def __init__(self, client: redis.Redis, prefix: str, bootstrap: str, spark_master: str, checkpoint_dir: Path,
+                 *, trigger_s: float = 1.0, internal_partitions: int = 1, max_records_per_batch: int = 0,
+                 executor_writes: bool = False, hosting: bool = True, warm: bool = True) -> None:
+        self.redis = client
+        self.prefix = prefix
+        self.bootstrap = bootstrap
+        self.spark_master = spark_master
+        self.checkpoint_root = Path(checkpoint_dir).resolve() / prefix
+        self.trigger_s = trigger_s
+        self.max_records_per_batch = max_records_per_batch
+        self.topics = Topics(bootstrap, internal_partitions)
+        self.executor_writes = executor_writes
+        self.hosting = hosting
+        self._records_key = f"{prefix}:runtime:queries"
+        self._counter_key = f"{prefix}:runtime:next-query"
+        self._lock = threading.RLock()
+        self.tasks: dict[str, TaskSpec] = {}
+        self.host: dict[str, str] = {}
+        self.queries: dict[str, FragmentQuery] = {}
+        self.plans: dict[str, QueryLayout] = {}
+        self._plan_version = 0
+        self._spark = None
+        self._spark_error: BaseException | None = None
+        self._spark_ready = threading.Event()
+        self._closing = threading.Event()
+        self._backoff: dict[str, tuple[float, float]] = {}
+        self._degraded: dict[str, str] = {}
+        self._records: dict[str, dict[str, Any]] | None = None
+        self._session_lock = threading.Lock()
+        self._session_started = False
+        if warm:
+            self._session_started = True
+            threading.Thread(target=self._start_session, name="sana-spark-session", daemon=True).start()
+        self._supervisor = threading.Thread(target=self._supervise, name="sana-supervisor", daemon=True)
+        self._supervisor.start()
+
+    # -- the SparkSession ------------------------------------------------------------
+
+    def _start_session(self) -> None:
+        from runtime.spark.builders import attach
+        from runtime.spark.session import spark_session
+
+        try:
+            attach()
+            self._spark = spark_session(self.spark_master)
+        except BaseException as error:  # reported by every later call and by health()
+            self._spark_error = error
+            log.exception("the SparkSession did not start")
+        finally:
+            self._spark_ready.set()
+
+    def spark(self, timeout_s: float = 180.0):
+        with self._session_lock:
+            start_here = not self._session_started
+            self._session_started = True
+        if start_here:
+            self._start_session()
+        if not self._spark_ready.wait(timeout_s):
+            raise RuntimeFailure(f"the SparkSession ({self.spark_master}) did not start within {timeout_s:.0f} s")
+        if self._spark_error is not None:
+            raise RuntimeFailure(f"the SparkSession ({self.spark_master}) failed to start: {self._spark_error}")
+        return self._spark
+
+    # -- the protocol ------------------------------------------------------------------
+
+    def apply(self, change: Change) -> None:
+        if change.empty:
+            return
+        with self._lock:
+            desired = dict(self.tasks)
+            for task in change.stop:
+                desired.pop(task.id, None)
+            for task in change.start:
+                desired[task.id] = task
+            self._converge(desired, reason=change.reason, rollback=True)
+
+    def reconcile(self, tasks: Mapping[str, TaskSpec]) -> None:
+        with self._lock:
+            records = self._load_records()
+            for query_id, record in records.items():
+                for fragment in record["fragments"]:
+                    self.host.setdefault(fragment, query_id)
+            self._records = records
+            self._converge(dict(tasks), reason="reconcile", rollback=False)
+
+    def health(self) -> dict[str, Any]:
+        queries = dict(self.queries)  # no lock: /healthz must answer while a change is being applied
+        session = "ready" if self._spark is not None else ("failed" if self._spark_error else "starting")
+        result: dict[str, Any] = {"status": "ok", "kind": self.kind, "session": session, "queries": len(queries),
+                                  "running_tasks": len(self.tasks)}
+        if self._spark_error is not None:
+            result.update(status="down", error=str(self._spark_error))
+            return result
+        degraded = []
+        for query_id, query in queries.items():
+            if query_id in self._degraded or not query.alive():
+                degraded.append({"query": query_id, "fragments": sorted(query.fragments), "restarts": query.restarts,
+                                 "error": self._degraded.get(query_id) or query.error()})
+        if degraded:
+            result.update(status="degraded", degraded=degraded)
+        return result
+
+    def close(self) -> None:
+        self._closing.set()
+        with self._lock:
+            for query in self.queries.values():  # finish the batch in flight first: a clean stop
+                if query.alive():
+                    try:
+                        query.set_plan(QueryPlan(self._next_version()), wait=True, timeout_s=15)
+                    except RuntimeFailure:
+                        pass
+            for query in self.queries.values():
+                query.close()
+            self.queries.clear()
+        self.topics.close()
+
+    # -- reads for the API -----------------------------------------------------------------
+
+    def fragment_metrics(self) -> dict[str, Any]:
+        """Per fragment: its query's metrics (rows/s, batch duration, lag per partition, state)."""
+        queries, host = dict(self.queries), dict(self.host)
+        per_query = {query_id: query.metrics() for query_id, query in queries.items()}
+        fragments = {}
+        for fragment, query_id in sorted(host.items()):
+            metrics = per_query.get(query_id)
+            if metrics is None:
+                continue
+            tasks = sorted(task.id for task in self.tasks.values() if task.fragment == fragment)
+            status = "degraded" if query_id in self._degraded or metrics["status"] != "running" else "running"
+            keyed = {task_id: value for task_id, value in metrics["state"]["operators"].items() if task_id in tasks}
+            fragments[fragment] = {
+                "fragment": fragment, "query": query_id, "status": status, "tasks": tasks,
+                "input_rows_per_s": metrics.get("input_rows_per_s"),
+                "processed_rows_per_s": metrics.get("processed_rows_per_s"),
+                "batch_duration_ms": metrics.get("batch_duration_ms"),
+                "source_lag": metrics.get("source_lag", {}),
+                "state_rows": sum(value["state_rows"] for value in keyed.values()),
+                "keyed_operators": keyed,
+            }
+        return {"fragments": fragments, "queries": per_query}
+
+    # -- converging ------------------------------------------------------------------------
+
+    def _converge(self, desired: dict[str, TaskSpec], reason: str, rollback: bool) -> None:
+        if self._records is None:
+            self._records = self._load_records()
+        records = self._records
+        old = (dict(self.tasks), dict(self.host), {q: query.plan for q, query in self.queries.items()})
+        query_sites = {query_id: record.get("site") for query_id, record in records.items()}
+        host = assign_hosts(desired, {f: q for f, q in self.host.items() if any(t.fragment == f for t in desired.values())},
+                            query_sites, self._new_query_id, self.hosting)
+        plans = layouts(desired, host, self.prefix)
+        created_topics: list[str] = []
+        started: list[FragmentQuery] = []
+        new_records: list[str] = []
+        try:
+            if plans:
+                self.spark()
+            needed = set().union(*(plan.source_topics | plan.sink_topics for plan in plans.values()))
+            internal = internal_topics(plans.values())
+            created_topics = self.topics.ensure(needed | internal)
+            for query_id, plan in plans.items():
+                record = records.get(query_id)
+                if record is None:
+                    record = self._new_record(query_id, plan, set(created_topics))
+                    records[query_id] = record
+                    new_records.append(query_id)
+                missing = plan.input_topics - set(record["inputs"])
+                if missing:
+                    raise RuntimeFailure(f"query {query_id} cannot read {sorted(missing)} without a restart (internal error)")
+                record["fragments"] = sorted({task.fragment for task in plan.tasks})
+                self._save_record(record)
+            removing = bool(set(self.tasks) - set(desired))
+            for query_id, plan in plans.items():
+                query = self.queries.get(query_id)
+                live = self._query_plan(plan)
+                if query is None:
+                    query = self._make_query(records[query_id])
+                    query.set_plan(live)
+                    query.start()
+                    self.queries[query_id] = query
+                    started.append(query)
+                    log.info("%s: started query %s for fragments %s", reason, query_id, sorted(query.fragments or records[query_id]["fragments"]))
+                elif not live.same_work(query.plan):
+                    query.set_plan(live, wait=removing)
+                query.fragments = set(records[query_id]["fragments"])
+            for query in started:
+                query.wait_running()
+        except Exception as error:  # any failure undoes the whole change
+            if not rollback:
+                if isinstance(error, RuntimeFailure):
+                    raise
+                raise QueryFailed(f"{reason}: {error}") from error
+            log.error("%s failed (%s); rolling back", reason, error)
+            self._roll_back(started, old[1], old[2], new_records, records, created_topics)
+            self.tasks, self.host = old[0], old[1]
+            if isinstance(error, RuntimeFailure):
+                raise
+            raise QueryFailed(f"{reason}: {error}") from error
+        for query_id in [q for q in list(self.queries) if q not in plans]:
+            query = self.queries.pop(query_id)
+            if query.alive():
+                query.set_plan(QueryPlan(self._next_version()), wait=True)
+            query.discard()
+            log.info("stopped query %s", query_id)
+        for query_id in [q for q in list(records) if q not in plans]:
+            records.pop(query_id)
+            self._delete_record(query_id)
+            shutil.rmtree(self.checkpoint_root / query_id, ignore_errors=True)
+        self.tasks, self.host, self.plans = desired, host, plans
+        self._delete_unused_topics(internal)
+
+    def _roll_back(self, started: list[FragmentQuery], old_host: dict[str, str], old_plans: dict[str, QueryPlan],
+                   new_records: list[str], records: dict[str, dict[str, Any]], created_topics: list[str]) -> None:
+        """Undo a failed change step by step; a step that fails is logged and the next one still runs."""
+        steps = []
+        for query in started:
+            steps.append((f"stop query {query.id}", query.discard))
+            steps.append((f"forget query {query.id}", lambda q=query: self.queries.pop(q.id, None)))
+        for query_id, plan in old_plans.items():
+            if query_id in self.queries:
+                steps.append((f"restore the plan of {query_id}", lambda q=self.queries[query_id], p=plan: q.set_plan(p)))
+        for query_id in new_records:
+            records.pop(query_id, None)
+            steps.append((f"delete the record of {query_id}", lambda q=query_id: self._delete_record(q)))
+        for query_id, record in records.items():
+            record["fragments"] = sorted({f for f, q in old_host.items() if q == query_id})
+            steps.append((f"restore the record of {query_id}", lambda r=record: self._save_record(r)))
+        internal = [topic for topic in created_topics if topic.startswith(f"{self.prefix}.")]
+        steps.append(("delete the topics it created", lambda: self.topics.delete(internal)))
+        for what, step in steps:
+            try:
+                step()
+            except Exception as error:  # keep undoing; reconcile at the next start repairs the rest
+                log.error("rollback: could not %s: %s", what, error)
+
+    def _delete_unused_topics(self, in_use: set[str]) -> None:
+        marker = f"{self.prefix}.stream."
+        try:
+            existing = self.topics.existing()
+        except RuntimeFailure:
+            return
+        self.topics.delete(topic for topic in existing if topic.startswith(marker) and topic not in in_use)
+
+    def _next_version(self) -> int:
+        self._plan_version += 1
+        return self._plan_version
+
+    def _query_plan(self, plan: QueryLayout) -> QueryPlan:
+        return QueryPlan(self._next_version(), tuple(plan.tasks), dict(plan.reads), tuple(plan.outputs), dict(plan.schemas))
+
+    def _make_query(self, record: dict[str, Any]) -> FragmentQuery:
+        return FragmentQuery(
+            self.spark(), record["id"], record["inputs"], self.bootstrap, self.checkpoint_root / record["id"],
+            self.trigger_s, set(record["fragments"]), self.max_records_per_batch,
+            None if self.executor_writes else BatchProducer(self.bootstrap),
+        )
+
+    def _new_record(self, query_id: str, plan: QueryLayout, fresh_topics: set[str]) -> dict[str, Any]:
+        """A query's record: the offsets it starts from are fixed now (records produced later are read)."""
+        topics = sorted(plan.input_topics)
+        consumer = probe_consumer(self.bootstrap)
+        try:
+            ends = topic_end_offsets(consumer, topics)
+        finally:
+            consumer.close()
+        inputs = {}
+        for topic in topics:
+            if topic not in ends:
+                raise RuntimeFailure(f"topic {topic!r} has no partitions at {self.bootstrap}")
+            inputs[topic] = {str(p): (0 if topic in fresh_topics else offset) for p, offset in ends[topic].items()}
+        site = plan.tasks[0].site if plan.tasks else None
+        return {"id": query_id, "site": site, "fragments": [], "inputs": inputs, "created_at": time.time()}
+
+    def _new_query_id(self, fragment: str) -> str:
+        number = self.redis.incr(self._counter_key)
+        return f"q{number}-{fragment.removeprefix('frag-')[:8]}"
+
+    # -- records in Redis ----------------------------------------------------------------
+
+    def _load_records(self) -> dict[str, dict[str, Any]]:
+        return {key.decode(): json.loads(value) for key, value in self.redis.hgetall(self._records_key).items()}
+
+    def _save_record(self, record: dict[str, Any]) -> None:
+        self.redis.hset(self._records_key, record["id"], json.dumps(record, sort_keys=True))
+
+    def _delete_record(self, query_id: str) -> None:
+        self.redis.hdel(self._records_key, query_id)
+
+    # -- supervision ------------------------------------------------------------------------
+
+    def _supervise(self) -> None:
+        while not self._closing.wait(SUPERVISE_EVERY_S):
+            if not self._lock.acquire(timeout=0.5):
+                continue
+            try:
+                for query_id, query in list(self.queries.items()):
+                    self._check(query_id, query)
+            except Exception:  # the supervisor must survive anything a query throws at it
+                log.exception("supervisor pass failed")
+            finally:
+                self._lock.release()
+
+    def _check(self, query_id: str, query: FragmentQuery) -> None:
+        if query.alive():
+            if query_id in self._degraded and query.ran_since_start():
+                log.info("query %s runs again after %d restart(s)", query_id, query.restarts)
+                self._degraded.pop(query_id, None)
+                self._backoff.pop(query_id, None)
+            return
+        if query_id not in self._degraded:
+            self._degraded[query_id] = query.error() or "the query stopped"
+            log.error("query %s died: %s", query_id, self._degraded[query_id])
+        next_at, delay = self._backoff.get(query_id, (0.0, 1.0))
+        if time.monotonic() < next_at:
+            return
+        self._backoff[query_id] = (time.monotonic() + delay, min(MAX_BACKOFF_S, delay * 2))
+        query.restarts += 1
+        try:
+            query.start()
+            log.warning("restarted query %s from its checkpoint (restart %d)", query_id, query.restarts)
+        except Exception as error:  # retried at the next pass, after the backoff
+            self._degraded[query_id] = f"restart failed: {error}"

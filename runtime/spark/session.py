@@ -1,0 +1,68 @@
+"""The one SparkSession of a Sana process, configured for many small streaming queries."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+from pyspark.sql import SparkSession
+
+log = logging.getLogger("sana.runtime.spark")
+
+_LOCK = threading.Lock()
+
+# Small shuffles (a 2-core machine runs several queries), UTC everywhere, Arrow
+# for the driver-side keyed operators, FAIR scheduling so one busy fragment
+# does not starve the others, no UI.
+DEFAULT_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+    "spark.scheduler.mode": "FAIR",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.streaming.stopTimeout": "30s",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.streaming.minBatchesToRetain": "20",
+    "spark.driver.extraJavaOptions": "-Dlog4j2.level=warn",
+}
+
+
+# A batch longer than its trigger interval is logged at WARN every time: expected under load.
+QUIET_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+    "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor",
+)
+
+
+def _quiet(session: SparkSession, loggers: tuple[str, ...]) -> None:
+    try:
+        jvm = session.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.ERROR
+        for name in loggers:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    except Exception as error:  # logging configuration is cosmetic
+        log.debug("could not quiet Spark loggers: %s", error)
+
+
+def spark_session(master: str, app_name: str = "sana", conf: dict[str, str] | None = None) -> SparkSession:
+    """Get (or create) the process's SparkSession and register the ``sana_kafka`` source on it."""
+    from runtime.spark.kafka_source import SanaKafka
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs every callback at INFO
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    with _LOCK:
+        builder = SparkSession.builder.master(master).appName(app_name)
+        for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("WARN")
+        _quiet(session, QUIET_LOGGERS)
+        session.dataSource.register(SanaKafka)
+    return session

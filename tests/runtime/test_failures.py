@@ -1,0 +1,146 @@
+"""Failures on the Spark runtime: a dying query, the broker going away and coming back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import uuid
+
+import pytest
+
+from api.launcher import Launcher
+from manager.service import Manager
+from runtime.spark.fragment import FragmentQuery
+from runtime.spark.runtime import SparkRuntime
+from sana.settings import Settings
+from tests.fixtures.services import free_port
+from tests.runtime.conftest import SPARK_MASTER
+from tests.fixtures.kafka_io import produce, read_all, wait_for, without_replays
+from tests.fixtures.streams import expect_a, flow_a, multiset, urban_records
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
+
+
+def sink_holds(bootstrap: str, topic: str, expected: list[dict]):
+    def check():
+        received = read_all(bootstrap, topic)
+        return len(without_replays(received)) >= len(expected) and received
+    return check
+
+
+def test_a_dead_query_is_restarted_from_its_checkpoint_and_degraded_meanwhile(manager_factory, kafka_bootstrap,
+                                                                              topic_factory, monkeypatch):
+    manager = manager_factory(trigger_s=0.5)
+    urban = topic_factory("urban")
+    sink = f"{urban}-a"
+    manager.submit(flow_a(urban, sink))
+    first, second = urban_records(0, 200), urban_records(200, 200)
+    produce(kafka_bootstrap, urban, first)
+    wait_for(sink_holds(kafka_bootstrap, sink, expect_a(first)), 90, "output before the failure")
+    broken = {"on": True}
+    evaluate = FragmentQuery._evaluate
+
+    def failing(self, *args):
+        if broken["on"]:
+            raise RuntimeError("injected failure")
+        return evaluate(self, *args)
+
+    monkeypatch.setattr(FragmentQuery, "_evaluate", failing)
+    produce(kafka_bootstrap, urban, second)
+    health = wait_for(lambda: (h := manager.runtime.health())["status"] == "degraded" and h, 60, "degraded health")
+    assert "injected failure" in health["degraded"][0]["error"]
+    (metrics,) = manager.runtime.fragment_metrics()["fragments"].values()
+    assert metrics["status"] == "degraded"
+    broken["on"] = False
+    wait_for(lambda: manager.runtime.health()["status"] == "ok", 90, "healthy again after the restart")
+    (query,) = manager.runtime.queries.values()
+    assert query.restarts >= 1
+    received = wait_for(sink_holds(kafka_bootstrap, sink, expect_a(first + second)), 90, "every record after the restart")
+    assert multiset(without_replays(received)) == multiset(expect_a(first + second))
+
+
+def _broker_pid(bootstrap: str) -> int:
+    result = subprocess.run(["pgrep", "-f", f"listener-url tcp://{bootstrap}"], capture_output=True, text=True)
+    (pid,) = [int(line) for line in result.stdout.split()]
+    return pid
+
+
+@pytest.fixture
+def private_broker(tmp_path):
+    """A broker of this test's own: after SIGSTOP/SIGCONT Tansu has been seen to let later produce
+    requests to new partitions expire, so the paused broker must not be the session's."""
+    settings = Settings(embedded_kafka_port=free_port())
+    launcher = Launcher(settings, tmp_path / "private-broker")
+    (tmp_path / "private-broker").mkdir()
+    launcher.start_broker()
+    try:
+        yield settings.effective_kafka_bootstrap
+    finally:
+        launcher.stop()
+
+
+def test_queries_resume_without_loss_when_the_broker_comes_back(redis_client, state_prefix, private_broker, tmp_path):
+    kafka_bootstrap = private_broker
+    runtime = SparkRuntime(redis_client, state_prefix, kafka_bootstrap, SPARK_MASTER, tmp_path / "checkpoints",
+                           trigger_s=0.5, warm=False)
+    manager = Manager(redis_client, state_prefix, runtime)
+    manager.start()
+    urban = f"urban-{uuid.uuid4().hex[:8]}"
+    sink = f"{urban}-a"
+    try:
+        _pause_and_resume(manager, kafka_bootstrap, urban, sink)
+    finally:
+        manager.close()
+
+
+def _pause_and_resume(manager, kafka_bootstrap: str, urban: str, sink: str) -> None:
+    manager.submit(flow_a(urban, sink))
+    first, second = urban_records(0, 200), urban_records(200, 200)
+    produce(kafka_bootstrap, urban, first)
+    wait_for(sink_holds(kafka_bootstrap, sink, expect_a(first)), 90, "output before the broker goes away")
+    broker = _broker_pid(kafka_bootstrap)
+    os.kill(broker, signal.SIGSTOP)  # the broker stops answering, keeping its (in-memory) data
+    try:
+        time.sleep(12)
+    finally:
+        os.kill(broker, signal.SIGCONT)
+    produce(kafka_bootstrap, urban, second)
+    received = wait_for(sink_holds(kafka_bootstrap, sink, expect_a(first + second)), 120, "every record after the broker came back")
+    assert multiset(without_replays(received)) == multiset(expect_a(first + second))
+    wait_for(lambda: manager.runtime.health()["status"] == "ok", 90, "healthy after the broker came back")
+
+
+def test_a_failed_deployment_is_rolled_back(manager_factory, kafka_bootstrap, topic_factory, monkeypatch):
+    from manager.exceptions import DeployFailed
+    from runtime.broker.topics import stream_topic
+    from runtime.exceptions import QueryFailed
+    from tests.fixtures.kafka_io import topic_exists
+    from tests.fixtures.streams import flow_c
+
+    manager = manager_factory(trigger_s=0.5)
+    urban, humid = topic_factory("urban"), topic_factory("humid")
+    sink = f"{urban}-a"
+    manager.submit(flow_a(urban, sink))
+    (query,) = manager.runtime.queries.values()
+    outputs = query.plan.outputs
+
+    def refuse(self, timeout_s=90.0):
+        raise QueryFailed(f"query {self.id} refused to start (injected)")
+
+    monkeypatch.setattr(FragmentQuery, "wait_running", refuse)
+    with pytest.raises(DeployFailed, match="refused to start"):
+        manager.submit(flow_c(urban, humid, f"{urban}-c"))
+    monkeypatch.undo()
+    assert list(manager.runtime.queries.values()) == [query] and query.alive()
+    assert query.plan.outputs == outputs, "the tap added for the failed dataflow is still written"
+    hot = manager.state.tasks[manager.state.dataflows["df-1"].tasks["hot"]]
+    assert not topic_exists(kafka_bootstrap, stream_topic(manager.store.prefix, hot.signature)), "the tap topic was left"
+    assert len(manager.runtime.redis.hgetall(f"{manager.store.prefix}:runtime:queries")) == 1
+    assert manager.stats()["submitted_dataflows"] == 1
+    records = urban_records(0, 100)
+    produce(kafka_bootstrap, urban, records)
+    received = wait_for(sink_holds(kafka_bootstrap, sink, expect_a(records)), 90, "A still produces")
+    assert multiset(without_replays(received)) == multiset(expect_a(records))

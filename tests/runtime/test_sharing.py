@@ -1,0 +1,138 @@
+"""Overlapping dataflows on the Spark runtime: equal outputs, taps without restarts, exact removal.
+
+Every test drives the real stack in-process (Manager -> SparkRuntime -> local
+Spark, the embedded broker, Redis) to a known point by waiting for the sink
+contents it expects, re-raising a dead query's exception on the way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.fixtures.kafka_io import produce, read_all, topic_exists, values, wait_for
+from tests.fixtures.streams import as_written, expect_a, expect_b, expect_c, flow_a, flow_b, flow_c, multiset, urban_records
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
+
+
+def raise_dead_queries(manager) -> None:
+    for query in manager.runtime.queries.values():
+        if not query.alive():
+            raise AssertionError(f"query {query.id} died: {query.error()}")
+
+
+def wait_sink(manager, bootstrap: str, topic: str, expected: list[dict], timeout_s: float = 90.0) -> None:
+    """Wait until ``topic`` holds as many records as expected, then compare as multisets."""
+    received = wait_for(lambda: (got := read_all(bootstrap, topic)) and len(got) >= len(expected) and got,
+                        timeout_s, f"{len(expected)} records on {topic}", check=lambda: raise_dead_queries(manager))
+    assert multiset(values(received)) == multiset(expected), f"{topic} differs from the dataflow run alone"
+
+
+def three_overlapping(manager, bootstrap, topic_factory):
+    """Submit A, then B (shares A's middle task), then C (its own source + a tap on A's hot).
+
+    Input is produced between submissions; each sink is checked against its
+    dataflow run alone on the input produced after its submission.
+    """
+    urban, humid = topic_factory("urban", partitions=2), topic_factory("humid")
+    sinks = {name: f"{urban}-{name}" for name in "abc"}
+    flows = {}
+    phase1, phase2, phase3 = urban_records(0, 400), urban_records(400, 400), urban_records(800, 400)
+    other = urban_records(5000, 300, seed=11)
+
+    flows["a"] = manager.submit(flow_a(urban, sinks["a"]))
+    produce(bootstrap, urban, phase1)
+    wait_sink(manager, bootstrap, sinks["a"], expect_a(phase1))
+
+    flows["b"] = manager.submit(flow_b(urban, sinks["b"]))
+    assert len(manager.runtime.queries) == 1, "B adds no Spark query: its new tasks join A's running query"
+    produce(bootstrap, urban, phase2)
+    wait_sink(manager, bootstrap, sinks["b"], expect_b(phase2))
+
+    flows["c"] = manager.submit(flow_c(urban, humid, sinks["c"]))
+    assert len(manager.runtime.queries) == 2, "C has a source of its own: one more query, tapping A's hot"
+    produce(bootstrap, urban, phase3)
+    produce(bootstrap, humid, other)
+    wait_sink(manager, bootstrap, sinks["a"], expect_a(phase1 + phase2 + phase3))
+    wait_sink(manager, bootstrap, sinks["b"], expect_b(phase2 + phase3))
+    wait_sink(manager, bootstrap, sinks["c"], as_written(expect_c(phase3, other)))
+    return urban, humid, sinks, flows
+
+
+def test_overlapping_dataflows_give_what_each_gives_alone(manager_factory, kafka_bootstrap, topic_factory):
+    manager = manager_factory(trigger_s=0.5)
+    _, _, _, flows = three_overlapping(manager, kafka_bootstrap, topic_factory)
+    assert flows["b"].reused == ["src", "hot"] and flows["c"].reused == ["src", "hot"]
+    assert manager.stats()["running_tasks"] == 4 + 2 + 4
+
+
+def test_tap_in_the_middle_of_a_running_fragment_keeps_its_run(manager_factory, kafka_bootstrap, topic_factory):
+    manager = manager_factory(trigger_s=0.5)
+    urban, humid = topic_factory("urban"), topic_factory("humid")
+    sink_a, sink_c = f"{urban}-a", f"{urban}-c"
+    manager.submit(flow_a(urban, sink_a))
+    (query,) = manager.runtime.queries.values()
+    run_id = query.query.runId
+    produced: list[dict] = []
+    submitted_at = {}
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        start = 0
+        while not stop.is_set():
+            batch = urban_records(start, 50)
+            produce(kafka_bootstrap, urban, batch, linger_ms=5)
+            produced.extend(batch)
+            start += 50
+            time.sleep(0.1)
+
+    producer = threading.Thread(target=keep_producing, daemon=True)
+    producer.start()
+    try:
+        wait_for(lambda: len(read_all(kafka_bootstrap, sink_a)) > 50, 90, "A's first output", lambda: raise_dead_queries(manager))
+        manager.submit(flow_c(urban, humid, sink_c))
+        submitted_at["count"] = len(produced)
+        time.sleep(3)
+    finally:
+        stop.set()
+        producer.join()
+    assert query.alive() and query.query.runId == run_id, "A's query was restarted by the merge"
+    wait_sink(manager, kafka_bootstrap, sink_a, expect_a(produced))
+    assert {item.headers["sana.run"] for item in read_all(kafka_bootstrap, sink_a)} == {query.run}
+    after_post = multiset(as_written(expect_c(produced[submitted_at["count"]:], [])))
+    tapped = wait_for(lambda: (got := values(read_all(kafka_bootstrap, sink_c))) and not after_post - multiset(got) and got,
+                      90, "every hot record produced after POST returned, on C's sink", lambda: raise_dead_queries(manager))
+    seen = multiset(tapped)
+    assert all(seen[key] == 1 for key in seen), "a tapped record arrived twice"
+    numbers = sorted(record["humidity"] for record in tapped)
+    hot = [r["humidity"] for r in produced if r["temp"] > 30]
+    assert numbers == hot[hot.index(numbers[0]):], "the tap has a gap"
+
+
+def test_removing_one_of_three_stops_only_its_unshared_work(manager_factory, kafka_bootstrap, topic_factory):
+    manager = manager_factory(trigger_s=0.5)
+    urban, humid, sinks, flows = three_overlapping(manager, kafka_bootstrap, topic_factory)
+    c_query = next(q for q in manager.runtime.queries.values() if any(t.type == "union" for t in q.plan.tasks))
+    tap_topic = manager.runtime.plans[c_query.id].reads
+    (tap,) = tap_topic.values()
+    a_query = next(q for q in manager.runtime.queries.values() if q is not c_query)
+    a_run = a_query.query.runId
+
+    removed = manager.remove(flows["c"].id)
+
+    c_only = {flows["c"].tasks[t] for t in ("src2", "cold", "both", "out")}
+    assert set(removed.terminated) == c_only
+    assert not c_query.alive() and list(manager.runtime.queries) == [a_query.id]
+    assert a_query.query.runId == a_run
+    assert not topic_exists(kafka_bootstrap, tap), "the tap topic outlived its last reader"
+    before = len(read_all(kafka_bootstrap, sinks["c"]))
+    more = urban_records(1200, 300)
+    produce(kafka_bootstrap, urban, more)
+    produce(kafka_bootstrap, humid, urban_records(6000, 100, seed=3))
+    everything = urban_records(0, 400) + urban_records(400, 400) + urban_records(800, 400) + more
+    wait_sink(manager, kafka_bootstrap, sinks["a"], expect_a(everything))
+    wait_sink(manager, kafka_bootstrap, sinks["b"], expect_b(everything[400:]))
+    assert len(read_all(kafka_bootstrap, sinks["c"])) == before, "the removed dataflow's sink still receives records"

@@ -1,0 +1,47 @@
+"""``sana produce`` and ``sana up --demo`` (the latter in dry-run: no Spark needed)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from api.cli import main
+from tests.conftest import REDIS_URL
+from tests.fixtures.kafka_io import read_all, values, wait_for
+from tests.fixtures.services import SanaUp, free_port, sana_env
+
+pytestmark = [pytest.mark.kafka]
+
+
+def test_produce_writes_a_seeded_sensor_stream(kafka_bootstrap, capsys):
+    topic = f"produced-{free_port()}"
+    assert main(["produce", topic, "--kind", "urban", "--count", "120", "--rate", "2000", "--seed", "5",
+                 "--bootstrap", kafka_bootstrap]) == 0
+    assert f"produced 120 records to {topic}" in capsys.readouterr().out
+    first = values(read_all(kafka_bootstrap, topic))
+    assert len(first) == 120
+    assert set(first[0]) >= {"sensor", "temp", "humidity", "obstype", "value", "ts"}
+    again = f"{topic}-again"
+    assert main(["produce", again, "--count", "120", "--rate", "2000", "--seed", "5", "--bootstrap", kafka_bootstrap]) == 0
+    strip = lambda records: [{k: v for k, v in r.items() if k != "ts"} for r in records]  # noqa: E731
+    assert strip(values(read_all(kafka_bootstrap, again))) == strip(first), "the same seed gave other records"
+
+
+def test_produce_rejects_a_bad_rate(capsys):
+    assert main(["produce", "t", "--rate", "0"]) == 2
+    assert "--rate must be positive" in capsys.readouterr().err
+
+
+@pytest.mark.redis
+def test_up_demo_submits_the_examples(tmp_path, state_prefix):
+    port = free_port()
+    env = sana_env(SANA_STATE_PREFIX=state_prefix, SANA_REDIS_URL=REDIS_URL, SANA_DRY_RUN="1", SANA_RUN_DIR=str(tmp_path / "run"))
+    service = SanaUp(["--port", str(port), "--demo"], env, tmp_path / "up.log")
+    try:
+        service.wait_healthy(f"http://127.0.0.1:{port}")
+        stats = wait_for(lambda: (s := httpx.get(f"http://127.0.0.1:{port}/stats", timeout=5).json())["submitted_dataflows"] >= 4 and s,
+                         60, "the example dataflows submitted")
+        wait_for(lambda: "demo: " in service.output() and "% saved" in service.output(), 30, "the demo's summary line")
+        assert stats["running_tasks"] < stats["submitted_tasks"], "the examples share nothing"
+    finally:
+        assert service.terminate() == 0, service.output()
