@@ -263,38 +263,71 @@ function sparkline(values) {
   return picture;
 }
 
+function totalLag(sourceLag) {
+  let total = 0;
+  for (const partitions of Object.values(sourceLag || {})) for (const rows of Object.values(partitions)) total += Number(rows) || 0;
+  return total;
+}
+
+function lagTitle(sourceLag) {
+  return Object.entries(sourceLag || {}).map(([topic, parts]) => `${topic}: ${Object.entries(parts).map(([p, n]) => `p${p}=${n}`).join(" ")}`).join("\n");
+}
+
+function round(value, digits = 1) {
+  return value === null || value === undefined ? "–" : Number(value).toFixed(digits);
+}
+
 function renderFragments(answer) {
   const box = $("fragment-body");
   box.replaceChildren();
-  if (!answer.ok) {
-    box.append("Per-fragment metrics appear when the Spark runtime runs (not in dry-run).");
-    return;
-  }
+  if (!answer.ok) { box.append("Runtime metrics are not available."); return; }
   const fragments = answer.body.fragments || [];
+  if (answer.body.kind === "dry-run") { box.append("Dry run: nothing runs on Spark, so no fragment has metrics."); return; }
   if (!fragments.length) { box.append("No fragment runs."); return; }
-  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["fragment", "status", "rows/s", "batch ms", "lag", "last minutes"].map((h) => el("th", {}, h)))));
+  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["fragment", "query", "status", "rows/s", "batch ms", "lag", "state rows", "rows/s, last minutes"].map((h) => el("th", {}, h)))));
   const body = el("tbody");
   for (const fragment of fragments) {
-    const history = (ui.history[fragment.id] ||= []);
+    const history = (ui.history[fragment.fragment] ||= []);
     history.push(Number(fragment.input_rows_per_s || 0));
     if (history.length > 90) history.shift();
-    body.append(el("tr", { "data-fragment": fragment.id }, el("td", {}, fragment.id), el("td", {}, fragment.status), el("td", {}, fragment.input_rows_per_s ?? "–"),
-      el("td", {}, fragment.batch_duration_ms ?? "–"), el("td", {}, fragment.lag ?? "–"), el("td", {}, sparkline(history))));
+    body.append(el("tr", { "data-fragment": fragment.fragment, class: fragment.status === "running" ? "" : "degraded" },
+      el("td", {}, fragment.fragment), el("td", {}, fragment.query), el("td", {}, fragment.status),
+      el("td", {}, round(fragment.input_rows_per_s)), el("td", {}, round(fragment.batch_duration_ms, 0)),
+      el("td", { title: lagTitle(fragment.source_lag) }, totalLag(fragment.source_lag)), el("td", {}, fragment.state_rows ?? "–"),
+      el("td", {}, sparkline(history))));
   }
   table.append(body);
   box.append(table);
 }
 
+function bars(values) {
+  const width = 160, height = 36;
+  const picture = svg("svg", { width, height, class: "workers" });
+  const max = Math.max(...values, 1);
+  const slot = width / Math.max(values.length, 1);
+  values.forEach((value, index) => {
+    const barHeight = ((height - 2) * value) / max;
+    picture.append(svg("rect", { x: index * slot + 1, y: height - barHeight, width: Math.max(slot - 2, 1), height: barHeight, fill: "#2563eb" },
+      svg("title", {}, `worker ${index}: ${value} rows`)));
+  });
+  return picture;
+}
+
 function renderSkew(answer) {
   const box = $("skew-body");
   box.replaceChildren();
-  if (!answer.ok) { box.append("Skew metrics appear when keyed operators run on the Spark runtime."); return; }
-  const operators = answer.body.operators || [];
-  if (!operators.length) { box.append("No keyed operator runs."); return; }
-  for (const op of operators) {
-    box.append(el("h3", {}, `${op.task}: ${op.workers.length} workers`));
-    box.append(el("div", {}, op.workers.map((w) => `${w.id}:${w.load}`).join("  ")));
-    for (const pair of op.pairs || []) box.append(el("div", {}, `${pair.skewed} → helper ${pair.helper}, ratio ${pair.ratio}`));
+  const operators = [];
+  for (const fragment of (answer.ok ? answer.body.fragments || [] : [])) {
+    for (const [task, metrics] of Object.entries(fragment.keyed_operators || {})) operators.push([task, metrics]);
+  }
+  if (!operators.length) { box.append("No keyed operator runs on Spark."); return; }
+  box.append(el("p", { class: "muted" }, "Rows per logical worker since start. Skew mitigation (Reshape) is not built yet: no helper pairs."));
+  for (const [task, metrics] of operators) {
+    const loads = (metrics.workers && metrics.workers.total_rows) || [];
+    const total = loads.reduce((sum, value) => sum + value, 0);
+    const ratio = loads.length && Math.max(...loads) ? (Math.min(...loads) / Math.max(...loads)).toFixed(2) : "–";
+    box.append(el("div", { class: "skew-op", "data-task": task },
+      el("div", {}, `${task} (${metrics.operator}): ${loads.length} workers, ${total} rows, min/max load ${ratio}`), bars(loads)));
   }
 }
 
@@ -302,25 +335,28 @@ function renderWan(answer) {
   const box = $("wan-body");
   box.replaceChildren();
   if (!answer.ok) { box.append("No WAN configuration: every equivalent task is shared."); return; }
-  const links = answer.body.links || [];
-  box.append(el("div", {}, `sites: ${(answer.body.sites || []).map((s) => s.name || s.id || s).join(", ")}`));
-  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["link", "Mbps", "used", "streams"].map((h) => el("th", {}, h)))));
+  const links = [...(answer.body.links || [])].sort((a, b) => (b.utilization || 0) - (a.utilization || 0));
+  box.append(el("div", {}, `sites: ${(answer.body.sites || []).map((s) => s.name || s).join(", ")}`));
+  const busy = links.filter((link) => (link.load_mbps || 0) > 0);
+  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["link", "Mbps", "load", "used", "streams"].map((h) => el("th", {}, h)))));
   const body = el("tbody");
-  for (const link of links) {
-    body.append(el("tr", {}, el("td", {}, `${link.from} → ${link.to}`), el("td", {}, link.bandwidth_mbps ?? "–"),
-      el("td", {}, link.utilization !== undefined ? `${Math.round(100 * link.utilization)}%` : "–"), el("td", {}, (link.streams || []).length)));
+  for (const link of busy) {
+    body.append(el("tr", { "data-link": `${link.from}>${link.to}` }, el("td", {}, `${link.from} → ${link.to}`), el("td", {}, link.bandwidth_mbps),
+      el("td", {}, round(link.load_mbps, 2)), el("td", {}, `${Math.round(100 * (link.utilization || 0))}%`),
+      el("td", { title: (link.streams || []).map((s) => s.producer).join("\n") }, (link.streams || []).length)));
   }
   table.append(body);
   box.append(table);
+  box.append(el("p", { class: "muted" }, `${links.length - busy.length} more link(s) carry nothing.`));
 }
 
 // ---- refresh loop ----------------------------------------------------------
 
 async function refresh() {
   try {
-    const [health, stats, flows, running, fragments, skew, wan] = await Promise.all([
+    const [health, stats, flows, running, fragments, wan] = await Promise.all([
       getJson("/healthz"), getJson("/stats"), getJson("/dataflows"), getJson("/running"),
-      getJson("/fragments"), getJson("/skew"), getJson("/wan"),
+      getJson("/runtime/fragments"), getJson("/wan"),
     ]);
     const badge = $("health");
     badge.textContent = health.body ? health.body.status : "unreachable";
@@ -330,7 +366,7 @@ async function refresh() {
     if (flows.ok) renderDataflows(flows.body.dataflows);
     if (running.ok) renderDags(running.body.dags);
     renderFragments(fragments);
-    renderSkew(skew);
+    renderSkew(fragments);
     renderWan(wan);
     $("refreshed").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (error) {

@@ -83,3 +83,13 @@ def test_submit_see_graph_and_reuse_then_error_then_remove(page, tmp_path):
     expect(page.locator("svg .node")).to_have_count(6)
     expect(page.locator("#dataflow-rows tr")).to_have_count(1)
     assert (tmp_path / "inspector.png").stat().st_size > 10_000
+
+
+def test_wan_panel_shows_sites_and_links(page):
+    config = json.loads((EXAMPLES / "wan" / "wan-config.json").read_text())
+    answer = page.request.put(page.url + "wan", data=json.dumps(config), headers={"content-type": "application/json"})
+    assert answer.ok, answer.text()
+    expect(page.locator("#wan-body")).to_contain_text("sites: virginia, california")
+    expect(page.locator("#wan-body")).to_contain_text("link(s) carry nothing")
+    expect(page.locator("#fragment-body")).to_contain_text("Dry run: nothing runs on Spark")
+    expect(page.locator("#skew-body")).to_contain_text("No keyed operator runs on Spark.")
