@@ -91,8 +91,20 @@ def check_columns(text: str, tree: exp.Expression, schema: Schema) -> None:
 
 
 def infer_type(text: str, tree: exp.Expression, schema: Schema) -> str | None:
-    """The canonical Spark type of the expression over ``schema``, or None if unknown."""
-    column_types = {name: type_name for name, type_name in schema.items()}
+    """The canonical Spark type of the expression over ``schema``, or None if unknown.
+
+    ``tree`` is unused (the cache keys on the text). Cached by the text and the
+    input columns: type annotation is most of the
+    cost of validating a dataflow, and the same expressions over the same
+    inputs come back with every dataflow that shares a prefix.
+    """
+    return _infer_type(text, tuple(sorted(schema.items())))
+
+
+@lru_cache(maxsize=8192)
+def _infer_type(text: str, columns: tuple[tuple[str, str], ...]) -> str | None:
+    tree = parse_expression(text, aggregate=True)
+    column_types = dict(columns)
     select = exp.select(tree.copy()).from_(_TABLE)
     for column in select.find_all(exp.Column):
         column.set("table", exp.to_identifier(_TABLE))
