@@ -1,0 +1,1 @@
+"""Benchmarks: workload generators and measurement scripts (not part of the installed package)."""

@@ -1,0 +1,196 @@
+"""What the latency benchmark talks to: the manager in this process, or ``sana up --dry-run`` over HTTP.
+
+Both expose ``submit(document, body)``, ``remove(id)``, ``stats()``,
+``baseline(n)`` and ``close()``; latencies are in milliseconds, measured
+around exactly the call a client makes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from manager.service import Manager
+from manager.validate import parse_dataflow
+from runtime.dryrun import DryRunRuntime
+
+SERVER_START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Submitted:
+    id: str
+    ms: float
+    created: int
+    tasks: int
+    parse_ms: float | None = None
+    signatures: tuple[str, ...] = ()
+
+
+def redis_client(url: str) -> redis.Redis:
+    """A client built as the API builds its own (api/services.py)."""
+    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=10)
+
+
+def delete_prefix(client: redis.Redis, prefix: str) -> int:
+    """Delete every key under ``prefix:``; returns how many."""
+    deleted = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            deleted += client.delete(*batch)
+            batch.clear()
+    if batch:
+        deleted += client.delete(*batch)
+    return deleted
+
+
+class InProcessTarget:
+    """``Manager`` + ``DryRunRuntime`` on a real Redis, called directly.
+
+    A submit is timed as ``parse_dataflow`` then ``Manager.submit_validated``,
+    which is exactly what ``Manager.submit`` does, so the parse share is known.
+    """
+
+    mode = "in-process"
+
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        self.prefix = prefix
+        self.client = redis_client(redis_url)
+        self.manager = Manager(self.client, prefix, DryRunRuntime(self.client, prefix))
+        self.manager.start()
+        self.pids = (os.getpid(),)
+
+    def submit(self, document: dict[str, Any], body: bytes) -> Submitted:
+        start = time.perf_counter()
+        flow = parse_dataflow(document)
+        parsed = time.perf_counter()
+        result = self.manager.submit_validated(flow)
+        end = time.perf_counter()
+        return Submitted(result.id, (end - start) * 1000, len(result.created), len(flow.tasks),
+                         (parsed - start) * 1000, tuple(flow.signatures.values()))
+
+    def remove(self, dataflow_id: str) -> tuple[float, int]:
+        start = time.perf_counter()
+        result = self.manager.remove(dataflow_id)
+        return (time.perf_counter() - start) * 1000, len(result.terminated)
+
+    def stats(self) -> dict[str, Any]:
+        return self.manager.stats()
+
+    def baseline(self, count: int) -> list[float]:
+        """One Redis round trip (PING) on the manager's client: the unit of most of a submit's cost."""
+        samples = []
+        for _ in range(count):
+            start = time.perf_counter()
+            self.client.ping()
+            samples.append((time.perf_counter() - start) * 1000)
+        return samples
+
+    def close(self) -> None:
+        self.manager.close()
+        self.client.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class HttpTarget:
+    """``sana up --dry-run`` started as a subprocess, driven by one keep-alive httpx client."""
+
+    mode = "http"
+
+    def __init__(self, redis_url: str, prefix: str, run_dir: Path) -> None:
+        self.prefix = prefix
+        self.run_dir = run_dir
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        sana = Path(sys.executable).with_name("sana")
+        self.command = [str(sana), "up", "--dry-run", "--port", str(self.port)]
+        env = {**os.environ, "SANA_STATE_PREFIX": prefix, "SANA_REDIS_URL": redis_url, "SANA_RUN_DIR": str(run_dir)}
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = run_dir / "sana-up.log"
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(self.command, env=env, cwd=run_dir, stdout=self._log, stderr=subprocess.STDOUT)
+        self.pids = (os.getpid(), self.process.pid)
+        self.client = httpx.Client(base_url=self.base_url, timeout=120)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"sana up exited with {self.process.returncode}; see {self.log_path}")
+            try:
+                if self.client.get("/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"sana up did not answer on {self.base_url} within {SERVER_START_TIMEOUT_S:.0f} s")
+
+    def submit(self, document: dict[str, Any], body: bytes) -> Submitted:
+        start = time.perf_counter()
+        response = self.client.post("/dataflows", content=body, headers={"content-type": "application/json"})
+        elapsed = (time.perf_counter() - start) * 1000
+        if response.status_code != 201:
+            raise RuntimeError(f"POST /dataflows {document['name']}: {response.status_code} {response.text[:500]}")
+        answer = response.json()
+        return Submitted(answer["id"], elapsed, len(answer["created"]), len(answer["tasks"]))
+
+    def remove(self, dataflow_id: str) -> tuple[float, int]:
+        start = time.perf_counter()
+        response = self.client.delete(f"/dataflows/{dataflow_id}")
+        elapsed = (time.perf_counter() - start) * 1000
+        if response.status_code != 200:
+            raise RuntimeError(f"DELETE /dataflows/{dataflow_id}: {response.status_code} {response.text[:500]}")
+        return elapsed, len(response.json()["terminated"])
+
+    def stats(self) -> dict[str, Any]:
+        return self.client.get("/stats").raise_for_status().json()
+
+    def baseline(self, count: int) -> list[float]:
+        """``GET /dataflows/df-0`` (404): the HTTP + FastAPI + one Redis round trip floor."""
+        samples = []
+        for _ in range(count):
+            start = time.perf_counter()
+            response = self.client.get("/dataflows/df-0")
+            samples.append((time.perf_counter() - start) * 1000)
+            if response.status_code != 404:
+                raise RuntimeError(f"GET /dataflows/df-0: expected 404, got {response.status_code}")
+        return samples
+
+    def close(self) -> None:
+        """Stop the server; its run directory (with its log) is kept only if it exited on its own."""
+        self.client.close()
+        crashed = self.process.poll() is not None
+        if not crashed:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        if not crashed:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def encode(document: dict[str, Any]) -> bytes:
+    return json.dumps(document).encode()
