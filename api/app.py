@@ -23,7 +23,6 @@ from api import routes_runtime, routes_wan, schemas
 from api.health import check_redis
 from api.services import Services, build_services
 from manager.document import DataflowDocument
-from manager.exceptions import StateUnavailable
 from manager.service import Manager, task_wan_fields
 from sana.errors import SanaError
 from sana.settings import Settings, get_settings
@@ -48,8 +47,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.services = services
         try:
             await run_in_threadpool(services.manager.start)
-        except StateUnavailable as error:
-            log.error("%s; the manager starts once Redis answers", error.message)
+        except SanaError as error:
+            # Redis or the runtime is down: serve anyway (/healthz says what is degraded);
+            # the manager finishes starting on the next submit or remove.
+            log.error("%s; the manager finishes starting on the next change", error.message)
         try:
             yield
         finally:

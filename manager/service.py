@@ -101,6 +101,7 @@ class Manager:
         self.state = State()
         self._mutex = threading.RLock()
         self._loaded = False
+        self._started = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -114,11 +115,17 @@ class Manager:
             self.runtime.reconcile(self.state.tasks)
             if pending is not None:
                 self.store.clear_pending()
-            if self.wan_config:
-                wan = load_wan_config(self.wan_config)
-                if self.state.wan is None or self.state.wan.to_dict() != wan.to_dict():
-                    log.info("applying the WAN configuration in %s", self.wan_config)
-                    self._commit_wan(wan)
+        if self.wan_config:
+            wan = load_wan_config(self.wan_config)
+            if self.state.wan is None or self.state.wan.to_dict() != wan.to_dict():
+                log.info("applying the WAN configuration in %s", self.wan_config)
+                self._commit_wan(wan)
+        self._started = True
+
+    def _ensure_started(self) -> None:
+        """Finish a start that failed (Redis or the runtime was down when the service came up)."""
+        if not self._started:
+            self.start()
 
     def close(self) -> None:
         self.runtime.close()
@@ -131,6 +138,7 @@ class Manager:
         return self.submit_validated(flow)
 
     def submit_validated(self, flow: Dataflow) -> SubmitResult:
+        self._ensure_started()
         with self._guard(), self._mutex, self.store.lock():
             self._sync()
             plan = merge.plan_merge(self.state, flow, self.clock())
@@ -154,6 +162,7 @@ class Manager:
 
     def remove(self, dataflow_id: str) -> RemoveResult:
         """Unmerge a dataflow; returns once its unshared work has stopped."""
+        self._ensure_started()
         with self._guard(), self._mutex, self.store.lock():
             self._sync()
             if dataflow_id not in self.state.dataflows:

@@ -38,13 +38,15 @@ from runtime.broker.offsets import lag
 from runtime.broker.producer import BatchProducer
 from runtime.operators import get_operator
 from runtime.plan import TaskSpec
-from runtime.spark.builders import encode_sql, parse_sql
+from runtime.spark.builders import encode_sql, literal, parse_sql
+from runtime.spark.replays import replays
 from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
 from runtime.spark.state import StateStore
 
 log = logging.getLogger("sana.runtime.query")
 
 RECENT_BATCHES = 20
+REPLAYS_KEY = "__replays__"
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class FragmentQuery:
         self.started_at: float | None = None
         self.recent: deque[BatchStats] = deque(maxlen=RECENT_BATCHES)
         self.last_timing: dict[str, float] = {}
+        self.replays_dropped = 0
         self.batches_done = 0
         self.keyed: dict[str, Any] = {}
         self._store = StateStore(checkpoint / "sana-state")
@@ -244,7 +247,7 @@ class FragmentQuery:
         token = f"sana_{uuid.uuid4().hex[:12]}"
         consumers = _consumers(plan)
         readers = sum(1 for task in plan.tasks if task.type == "source") + len(plan.reads)
-        shared = len(plan.outputs) > 1 or bool(keyed) or readers > 1
+        shared = len(plan.outputs) > 1 or bool(keyed) or readers > 1 or bool(plan.reads)
         raw = df.persist() if shared else df
         raw.createOrReplaceTempView(f"{token}_raw")
         views, cached = [f"{token}_raw"], [raw] if shared else []
@@ -264,9 +267,13 @@ class FragmentQuery:
             names[key] = name
             return name
 
+        stateful = bool(keyed) or bool(plan.reads)
         try:
-            states = self._load_states(batch_id) if keyed else {}
+            states = self._load_states(batch_id) if stateful else {}
             new_states: dict[str, Any] = {}
+            internal = f"{token}_raw"
+            if plan.reads:
+                internal = self._drop_replays(session, token, set(plan.reads.values()), states, new_states, views)
             for task in plan.tasks:
                 if task.type == "source":
                     define(task.id, parse_sql(f"{token}_raw", task.config["topic"], task.schema), consumers.get(task.id, 0) > 1)
@@ -275,7 +282,7 @@ class FragmentQuery:
                 inputs: dict[str, list[str]] = {port.name: [] for port in spec.ports}
                 for port, parent in task.inputs:
                     if parent not in names:
-                        define(parent, parse_sql(f"{token}_raw", plan.reads[parent], plan.schemas[parent]),
+                        define(parent, parse_sql(internal, plan.reads[parent], plan.schemas[parent]),
                                consumers.get(parent, 0) > 1)
                     inputs[port].append(names[parent])
                 operator = keyed.get(task.id)
@@ -307,7 +314,7 @@ class FragmentQuery:
             self.last_timing = {"plan_ms": round(1000 * (planned - began), 1),
                                 "compute_ms": round(1000 * (collected - planned), 1),
                                 "write_ms": round(1000 * (time.perf_counter() - collected), 1)}
-            if keyed:
+            if stateful:
                 self._save_states(batch_id, new_states)
             return written, len(plan.outputs)
         finally:
@@ -315,6 +322,24 @@ class FragmentQuery:
                 session.catalog.dropTempView(view)
             for frame in cached:
                 frame.unpersist()
+
+    def _drop_replays(self, session, token: str, topics: set[str], states: dict[str, Any], new_states: dict[str, Any],
+                      views: list[str]) -> str:
+        """The raw view without records of upstream batches this query already processed (see replays.py)."""
+        listed = ", ".join(literal(topic) for topic in sorted(topics))
+        rows = session.sql(f"SELECT topic, origin FROM {token}_raw WHERE origin IS NOT NULL AND topic IN ({listed})").toArrow()
+        seen = {key: (batch, set(seqs)) for key, (batch, seqs) in (states.get(REPLAYS_KEY) or {}).items()}
+        dropped = replays(seen, zip(rows.column("topic").to_pylist(), rows.column("origin").to_pylist()))
+        new_states[REPLAYS_KEY] = seen
+        if not dropped:
+            return f"{token}_raw"
+        self.replays_dropped += len(dropped)
+        log.warning("query %s: dropped %d replayed upstream record(s)", self.id, len(dropped))
+        session.createDataFrame([(origin,) for origin in dropped], "origin string").createOrReplaceTempView(f"{token}_drop")
+        session.sql(f"SELECT r.* FROM {token}_raw r LEFT ANTI JOIN {token}_drop d ON r.origin = d.origin") \
+            .createOrReplaceTempView(f"{token}_dedup")
+        views.extend([f"{token}_drop", f"{token}_dedup"])
+        return f"{token}_dedup"
 
     def _load_states(self, batch_id: int) -> dict[str, Any]:
         if self._states_version is not None and self._states_version == batch_id - 1:
@@ -351,6 +376,7 @@ class FragmentQuery:
             "error": self.error() if not self.alive() else None,
             "recent_batches": [vars(stats) for stats in self.recent],
             "last_batch_timing": dict(self.last_timing),
+            "replayed_records_dropped": self.replays_dropped,
         }
         if progress:
             source = (progress.get("sources") or [{}])[0]

@@ -39,7 +39,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 NAME = "sana_kafka"
-RAW_SCHEMA = "topic string, value string"
+RAW_SCHEMA = "topic string, value string, origin string"
+ORIGIN_HEADERS = ("sana.writer", "sana.batch", "sana.seq")
 READ_STALL_S = 60.0
 ARROW_CHUNK = 8192
 
@@ -102,6 +103,7 @@ def read_slice(bootstrap: str, part: KafkaSlice) -> Iterator[pa.RecordBatch]:
 
     tp = TopicPartition(part.topic, part.partition)
     values: list[str] = []
+    origins: list[str | None] = []
     position = part.start
     last_progress = time.monotonic()
     consumer = _consumer(bootstrap)
@@ -117,6 +119,7 @@ def read_slice(bootstrap: str, part: KafkaSlice) -> Iterator[pa.RecordBatch]:
                 if record.offset >= position:
                     if record.value is not None:
                         values.append(record.value.decode("utf-8", "replace"))
+                        origins.append(_origin(record.headers, part.partition))
                     position = record.offset + 1
                     progressed = True
             # Offsets can be skipped (transaction markers, compaction): trust the fetch position.
@@ -127,8 +130,8 @@ def read_slice(bootstrap: str, part: KafkaSlice) -> Iterator[pa.RecordBatch]:
             if progressed:
                 last_progress = time.monotonic()
                 if len(values) >= ARROW_CHUNK:
-                    yield _arrow(part.topic, values)
-                    values = []
+                    yield _arrow(part.topic, values, origins)
+                    values, origins = [], []
             elif time.monotonic() - last_progress > READ_STALL_S:
                 raise TimeoutError(
                     f"{part.topic}[{part.partition}]: no progress at offset {position} of {part.end} for {READ_STALL_S:.0f} s"
@@ -137,12 +140,23 @@ def read_slice(bootstrap: str, part: KafkaSlice) -> Iterator[pa.RecordBatch]:
         _drop_client(_CONSUMERS, bootstrap)
         raise
     if values:
-        yield _arrow(part.topic, values)
+        yield _arrow(part.topic, values, origins)
 
 
-def _arrow(topic: str, values: list[str]) -> pa.RecordBatch:
+def _origin(headers, partition: int) -> str | None:
+    """``writer|batch|seq|partition`` for a record a Sana fragment wrote (its replay key), else None."""
+    if not headers:
+        return None
+    found = {key: value for key, value in headers if key in ORIGIN_HEADERS}
+    if len(found) != len(ORIGIN_HEADERS):
+        return None
+    return "|".join(found[key].decode() for key in ORIGIN_HEADERS) + f"|{partition}"
+
+
+def _arrow(topic: str, values: list[str], origins: list[str | None]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [pa.array([topic] * len(values), pa.string()), pa.array(values, pa.string())], names=["topic", "value"]
+        [pa.array([topic] * len(values), pa.string()), pa.array(values, pa.string()), pa.array(origins, pa.string())],
+        names=["topic", "value", "origin"],
     )
 
 

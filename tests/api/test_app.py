@@ -127,3 +127,20 @@ def test_redis_down_is_503_and_the_service_recovers(settings_factory, tmp_path):
             assert again.status_code == 201 and sorted(again.json()["reused"]) == ["hot", "proj", "src"]
         finally:
             server.stop()
+
+
+def test_service_starting_without_redis_serves_degraded_then_recovers(settings_factory, tmp_path):
+    port = free_port()
+    settings = settings_factory(redis_url=f"redis://127.0.0.1:{port}/0")
+    with TestClient(create_app(settings)) as client:
+        health = client.get("/healthz")
+        assert health.status_code == 503 and health.json()["components"]["redis"]["status"] == "down"
+        assert client.post("/dataflows", json=urban_etl("a")).json()["code"] == "STATE_UNAVAILABLE"
+        server = ValkeyServer(port=port, data_dir=tmp_path / "valkey")
+        server.start()
+        try:
+            made = client.post("/dataflows", json=urban_etl("a"))
+            assert made.status_code == 201, made.text
+            assert client.get("/healthz").status_code == 200
+        finally:
+            server.stop()

@@ -144,3 +144,44 @@ def test_a_failed_deployment_is_rolled_back(manager_factory, kafka_bootstrap, to
     produce(kafka_bootstrap, urban, records)
     received = wait_for(sink_holds(kafka_bootstrap, sink, expect_a(records)), 90, "A still produces")
     assert multiset(without_replays(received)) == multiset(expect_a(records))
+
+
+def test_a_replayed_upstream_batch_is_not_processed_twice_downstream(manager_factory, kafka_bootstrap, topic_factory,
+                                                                      monkeypatch):
+    from runtime.broker.producer import BatchProducer
+    from runtime.broker.topics import stream_topic
+    from tests.fixtures.kafka_io import replayed_batches
+    from tests.fixtures.streams import as_written, expect_c, flow_c
+
+    manager = manager_factory(trigger_s=0.5)
+    urban, humid = topic_factory("urban"), topic_factory("humid")
+    sink_a, sink_c = f"{urban}-a", f"{urban}-c"
+    manager.submit(flow_a(urban, sink_a))
+    (upstream,) = manager.runtime.queries.values()
+    manager.submit(flow_c(urban, humid, sink_c))
+    first, second = urban_records(0, 200), urban_records(200, 200)
+    produce(kafka_bootstrap, urban, first)
+    wait_for(sink_holds(kafka_bootstrap, sink_c, as_written(expect_c(first, []))), 90, "C's output before the crash")
+    armed = {"on": True}
+    send = BatchProducer.send_table
+
+    def write_then_crash(self, table, headers):
+        written = send(self, table, headers)
+        if armed["on"] and dict(headers)["sana.writer"] == upstream.id.encode():
+            armed["on"] = False
+            raise RuntimeError("crash after the write, before the commit (injected)")
+        return written
+
+    monkeypatch.setattr(BatchProducer, "send_table", write_then_crash)
+    produce(kafka_bootstrap, urban, second)
+    hot = manager.state.tasks[manager.state.dataflows["df-1"].tasks["hot"]]
+    tap = stream_topic(manager.store.prefix, hot.signature)
+    wait_for(lambda: replayed_batches(read_all(kafka_bootstrap, tap)), 90, "the upstream query to replay its batch")
+    assert upstream.restarts >= 1
+    third = urban_records(400, 100)  # read by C after the replayed records: C has seen them once it has these
+    produce(kafka_bootstrap, urban, third)
+    expected = as_written(expect_c(first + second + third, []))
+    received = wait_for(sink_holds(kafka_bootstrap, sink_c, expected), 120, "C's output after the upstream replay")
+    got = [item.value for item in received]
+    assert multiset(got) == multiset(expected), "C processed the replayed upstream records twice (or lost some)"
+    assert not replayed_batches(received), "C itself replayed nothing, so its sink must hold each record once"

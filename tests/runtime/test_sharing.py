@@ -136,3 +136,14 @@ def test_removing_one_of_three_stops_only_its_unshared_work(manager_factory, kaf
     wait_sink(manager, kafka_bootstrap, sinks["a"], expect_a(everything))
     wait_sink(manager, kafka_bootstrap, sinks["b"], expect_b(everything[400:]))
     assert len(read_all(kafka_bootstrap, sinks["c"])) == before, "the removed dataflow's sink still receives records"
+
+    # B's work is hosted by A's query: removing it changes that query's live plan, without a restart.
+    removed = manager.remove(flows["b"].id)
+    assert set(removed.terminated) == {flows["b"].tasks["wet"], flows["b"].tasks["out"]}
+    assert a_query.query.runId == a_run and [t.id for t in a_query.plan.tasks] == [
+        flows["a"].tasks[name] for name in ("src", "hot", "proj", "out")]
+    b_before = len(read_all(kafka_bootstrap, sinks["b"]))
+    last = urban_records(1500, 200)
+    produce(kafka_bootstrap, urban, last)
+    wait_sink(manager, kafka_bootstrap, sinks["a"], expect_a(everything + last))
+    assert len(read_all(kafka_bootstrap, sinks["b"])) == b_before, "B's sink still receives records after DELETE"

@@ -1,0 +1,395 @@
+"""Data-plane benchmarks of the Spark runtime (issue 4), on this machine.
+
+    .venv/bin/python -m benchmarks.runtime_dataplane [throughput hop post scale] [--quick]
+
+- ``throughput``: rows per second through a filter + select fragment (the
+  runtime's own FragmentQuery over the sana_kafka source, a backlog of
+  records) beside Spark's built-in ``rate`` source running the same query
+  and writing the same way; CPU seconds per million rows (the whole process
+  tree: driver, JVM, Python workers).
+- ``hop``: end-to-end latency of records through one query, and through two
+  queries linked by a Kafka topic (a tap): the difference is what one hop adds.
+- ``post``: time from POST (Manager.submit) to the first output record, for a
+  dataflow that needs a new query and for one hosted by a running query.
+- ``scale``: 1, 10, 30 overlapping dataflows (one shared source, distinct
+  filters): running queries, CPU (cores) and end-to-end latency, with the
+  runtime's hosting and with one query per fragment (hosting off).
+
+Needs Redis at 127.0.0.1:6379; starts its own embedded broker. Prints one JSON
+document (also written to benchmarks/results/runtime_dataplane.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from api.launcher import Launcher
+from manager.service import Manager
+from runtime.broker.topics import Topics
+from runtime.plan import TaskSpec
+from runtime.spark.builders import attach
+from runtime.spark.fragment import FragmentQuery, QueryPlan
+from runtime.spark.runtime import SparkRuntime
+from runtime.spark.session import spark_session
+from sana.settings import Settings
+
+MASTER = os.environ.get("SANA_SPARK_MASTER", "local[2]")
+URBAN = {"sensor": "string", "temp": "double", "sent": "double", "ts": "timestamp"}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# -- measuring -----------------------------------------------------------------------------
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """utime + stime of this process and all its descendants (live ones), in seconds."""
+    root = root or os.getpid()
+    total, frontier = 0, [root]
+    while frontier:
+        pid = frontier.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+        frontier += [int(child) for child in children]
+    return total / TICK
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round((len(ordered) - 1) * q / 100)))]
+
+
+def record(i: int, sent: float | None = None) -> dict[str, Any]:
+    return {"sensor": f"s{i % 16}", "temp": float(i % 50), "sent": sent if sent is not None else time.time(),
+            "ts": "2024-01-01T00:00:00.000Z"}
+
+
+class SteadyProducer:
+    """Produces ``rate`` records/s carrying their send time until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float) -> None:
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
+        self.topic, self.rate = topic, rate
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        began, i = time.monotonic(), 0
+        while not self.stop.is_set():
+            wait = began + i / self.rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            self.producer.send(self.topic, json.dumps(record(i)).encode())
+            i += 1
+        self.producer.flush()
+
+    def __enter__(self) -> "SteadyProducer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.producer.close()
+
+
+class Arrivals:
+    """Consumes topics from their end and records (arrival time - sent) for each record."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, fetch_max_wait_ms=20)
+        parts = [TopicPartition(topic, 0) for topic in topics]
+        self.consumer.assign(parts)
+        self.consumer.seek_to_beginning(*parts)
+        self.latencies: dict[str, list[float]] = {topic: [] for topic in topics}
+        self.first: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for tp, records in self.consumer.poll(timeout_ms=50).items():
+                now = time.time()
+                self.first.setdefault(tp.topic, now)
+                for item in records:
+                    sent = json.loads(item.value).get("sent")
+                    if sent is not None:
+                        self.latencies[tp.topic].append(1000 * (now - sent))
+
+    def __enter__(self) -> "Arrivals":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.consumer.close()
+
+
+# -- the setups -------------------------------------------------------------------------------
+
+def flow(topic: str, sink: str, threshold: int, name: str) -> dict[str, Any]:
+    return {"name": name, "tasks": [
+        {"id": "src", "type": "source", "config": {"topic": topic, "schema": URBAN}},
+        {"id": "hot", "type": "filter", "config": {"expr": f"temp > {threshold}"}},
+        {"id": "proj", "type": "select", "config": {"columns": {"sensor": "sensor", "f": "temp * 9 / 5 + 32", "sent": "sent"}}},
+        {"id": "out", "type": "sink", "config": {"topic": sink}}],
+        "streams": [{"from": "src", "to": "hot"}, {"from": "hot", "to": "proj"}, {"from": "proj", "to": "out"}]}
+
+
+def tapping_flow(topic: str, quiet_topic: str, sink: str, threshold: int) -> dict[str, Any]:
+    """Needs ``hot`` of :func:`flow` and has a source of its own: one Kafka hop from the first query."""
+    return {"name": "hop", "tasks": [
+        {"id": "src", "type": "source", "config": {"topic": topic, "schema": URBAN}},
+        {"id": "hot", "type": "filter", "config": {"expr": f"temp > {threshold}"}},
+        {"id": "quiet", "type": "source", "config": {"topic": quiet_topic, "schema": URBAN}},
+        {"id": "both", "type": "union"},
+        {"id": "out", "type": "sink", "config": {"topic": sink}}],
+        "streams": [{"from": "src", "to": "hot"}, {"from": "hot", "to": "both"}, {"from": "quiet", "to": "both"},
+                    {"from": "both", "to": "out"}]}
+
+
+class Bench:
+    def __init__(self) -> None:
+        self.settings = Settings(embedded_kafka_port=int(os.environ.get("BENCH_KAFKA_PORT", "29092")))
+        self.launcher = Launcher(self.settings, Path(tempfile.mkdtemp(prefix="sana-bench-")))
+        self.launcher.start_broker()
+        self.bootstrap = self.settings.effective_kafka_bootstrap
+        self.redis = redis.Redis()
+        self.topics = Topics(self.bootstrap)
+        attach()
+        self.spark = spark_session(MASTER)
+
+    def close(self) -> None:
+        self.topics.close()
+        self.launcher.stop()
+
+    def topic(self, stem: str) -> str:
+        name = f"{stem}-{uuid.uuid4().hex[:6]}"
+        self.topics.ensure([name])
+        return name
+
+    def manager(self, **options) -> tuple[Manager, str]:
+        prefix = f"bench-{uuid.uuid4().hex[:8]}"
+        runtime = SparkRuntime(self.redis, prefix, self.bootstrap, MASTER, Path(tempfile.mkdtemp()), warm=False, **options)
+        manager = Manager(self.redis, prefix, runtime)
+        manager.start()
+        return manager, prefix
+
+    def drop(self, manager: Manager, prefix: str) -> None:
+        manager.close()
+        keys = list(self.redis.scan_iter(f"{prefix}:*"))
+        if keys:
+            self.redis.delete(*keys)
+
+    # -- throughput ---------------------------------------------------------------------------
+
+    def throughput(self, rows: int) -> dict[str, Any]:
+        topic, sink = self.topic("tp-in"), self.topic("tp-out")
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=50, batch_size=1 << 20)
+        sent = time.time()
+        for i in range(rows):
+            producer.send(topic, json.dumps(record(i, sent)).encode())
+        producer.flush()
+        producer.close()
+        tasks = [
+            TaskSpec("src", "s", "source", {"topic": topic, "schema": URBAN}, None, (), "f", URBAN),
+            TaskSpec("hot", "h", "filter", {"expr": "temp > 30"}, None, (("in", "src"),), "f", URBAN),
+            TaskSpec("proj", "p", "select", {"columns": {"sensor": "sensor", "f": "temp * 9 / 5 + 32", "ts": "ts"}}, None,
+                     (("in", "hot"),), "f", {"sensor": "string", "f": "double", "ts": "timestamp"}),
+            TaskSpec("out", "o", "sink", {"topic": sink}, None, (("in", "proj"),), "f", {"sensor": "string", "f": "double", "ts": "timestamp"}),
+        ]
+        from runtime.broker.producer import BatchProducer
+
+        results = {}
+        for batch_rows in (20_000, 100_000):
+            query = FragmentQuery(self.spark, f"bench-{batch_rows}", {topic: {"0": 0}}, self.bootstrap,
+                                  Path(tempfile.mkdtemp()), 0.5, max_records_per_batch=batch_rows, producer=BatchProducer(self.bootstrap))
+            query.set_plan(QueryPlan(1, tuple(tasks), {}, (("out", sink),), {t.id: t.schema for t in tasks}))
+            cpu0, wall0 = tree_cpu_seconds(), time.monotonic()
+            query.start()
+            query.query.processAllAvailable()
+            wall, cpu = time.monotonic() - wall0, tree_cpu_seconds() - cpu0
+            progress = [p for p in query.query.recentProgress if p["numInputRows"]]
+            busy = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+            query.close()
+            results[f"kafka_fragment_max_{batch_rows}_per_batch"] = {
+                "rows": rows, "batches": len(progress), "wall_s_incl_start": round(wall, 2),
+                "rows_per_s_busy": round(rows / busy), "rows_per_s_wall": round(rows / wall),
+                "cpu_s_per_million_rows": round(cpu / rows * 1e6, 1),
+                "batch_ms_p50": round(statistics.median(p["durationMs"]["triggerExecution"] for p in progress)),
+            }
+        results["spark_rate_source_same_query"] = self._rate_anchor(rows, sink)
+        return results
+
+    def _rate_anchor(self, rows: int, sink: str) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        from runtime.broker.producer import BatchProducer
+        from runtime.spark.builders import encode_records
+
+        producer = BatchProducer(self.bootstrap)
+        rate = 200_000
+
+        def write(df, batch_id):
+            out = df.where("temp > 30").select("sensor", (F.col("temp") * 9 / 5 + 32).alias("f"), "ts")
+            producer.send_table(encode_records(out, sink).toArrow(), [("sana.batch", str(batch_id).encode())])
+
+        frame = (self.spark.readStream.format("rate").option("rowsPerSecond", rate).option("numPartitions", 2).load()
+                 .select(F.concat(F.lit("s"), (F.col("value") % 16).cast("string")).alias("sensor"),
+                         (F.col("value") % 50).cast("double").alias("temp"), F.col("timestamp").alias("ts")))
+        cpu0, wall0 = tree_cpu_seconds(), time.monotonic()
+        query = (frame.writeStream.foreachBatch(write).option("checkpointLocation", tempfile.mkdtemp())
+                 .trigger(processingTime="500 milliseconds").start())
+        try:
+            while sum(p["numInputRows"] for p in query.recentProgress) < rows:
+                if query.exception():
+                    raise query.exception()
+                time.sleep(0.5)
+        finally:
+            query.stop()
+            producer.close()
+        wall, cpu = time.monotonic() - wall0, tree_cpu_seconds() - cpu0
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        done = sum(p["numInputRows"] for p in progress)
+        busy = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+        return {"rows": done, "batches": len(progress), "rows_per_s_offered": rate,
+                "rows_per_s_busy": round(done / busy), "rows_per_s_processed_p50": round(statistics.median(p["processedRowsPerSecond"] for p in progress)),
+                "cpu_s_per_million_rows": round(cpu / done * 1e6, 1),
+                "batch_ms_p50": round(statistics.median(p["durationMs"]["triggerExecution"] for p in progress))}
+
+    # -- one Kafka hop ----------------------------------------------------------------------------
+
+    def hop(self, seconds: float, rate: float) -> dict[str, Any]:
+        manager, prefix = self.manager(trigger_s=0.5)
+        try:
+            topic, quiet = self.topic("hop-in"), self.topic("hop-quiet")
+            direct, hopped = f"{topic}-direct", f"{topic}-hop"
+            manager.submit(flow(topic, direct, -1, "direct"))
+            manager.submit(tapping_flow(topic, quiet, hopped, -1))
+            assert len(manager.runtime.queries) == 2
+            with Arrivals(self.bootstrap, [direct, hopped]) as arrivals, SteadyProducer(self.bootstrap, topic, rate):
+                time.sleep(5)
+                for values in arrivals.latencies.values():
+                    values.clear()  # warm-up
+                time.sleep(seconds)
+            one, two = arrivals.latencies[direct], arrivals.latencies[hopped]
+            return {"records": [len(one), len(two)], "trigger_s": 0.5, "rate_per_s": rate,
+                    "one_query_ms": {"p50": round(pct(one, 50)), "p99": round(pct(one, 99))},
+                    "two_queries_via_kafka_ms": {"p50": round(pct(two, 50)), "p99": round(pct(two, 99))},
+                    "added_by_the_hop_ms": {"p50": round(pct(two, 50) - pct(one, 50)), "p99": round(pct(two, 99) - pct(one, 99))}}
+        finally:
+            self.drop(manager, prefix)
+
+    # -- POST to first output -------------------------------------------------------------------
+
+    def post(self, rate: float) -> dict[str, Any]:
+        manager, prefix = self.manager(trigger_s=1.0)
+        results = {}
+        try:
+            topic = self.topic("post-in")
+            with SteadyProducer(self.bootstrap, topic, rate):
+                for label, threshold in (("new_query", 10), ("hosted_by_running_query", 20)):
+                    sink = self.topic(f"post-{label}")
+                    with Arrivals(self.bootstrap, [sink]) as arrivals:
+                        started = time.time()
+                        manager.submit(flow(topic, sink, threshold, label))
+                        answered = time.time()
+                        while sink not in arrivals.first and time.time() - started < 120:
+                            time.sleep(0.02)
+                    results[label] = {"post_returned_s": round(answered - started, 2),
+                                      "first_output_s": round(arrivals.first[sink] - started, 2)}
+                    time.sleep(3)
+            results["trigger_s"] = 1.0
+            return results
+        finally:
+            self.drop(manager, prefix)
+
+    # -- 1, 10, 30 overlapping dataflows ---------------------------------------------------------
+
+    def scale(self, counts: list[int], seconds: float, rate: float, modes: str) -> dict[str, Any]:
+        results = {}
+        wanted = modes.split(",")
+        for hosting in [mode == "hosting" for mode in ("hosting", "one_query_per_fragment") if mode in wanted]:
+            for count in counts:
+                manager, prefix = self.manager(trigger_s=1.0, hosting=hosting)
+                try:
+                    topic = self.topic("scale-in")
+                    sinks = []
+                    for number in range(count):
+                        sink = f"{topic}-{number}"
+                        manager.submit(flow(topic, sink, number % 45, f"f{number}"))
+                        sinks.append(sink)
+                    with Arrivals(self.bootstrap, sinks) as arrivals, SteadyProducer(self.bootstrap, topic, rate):
+                        time.sleep(8)
+                        for values in arrivals.latencies.values():
+                            values.clear()
+                        cpu0, wall0 = tree_cpu_seconds(), time.monotonic()
+                        time.sleep(seconds)
+                        cores = (tree_cpu_seconds() - cpu0) / (time.monotonic() - wall0)
+                    latencies = [value for values in arrivals.latencies.values() for value in values]
+                    key = f"{'hosting' if hosting else 'one_query_per_fragment'}_{count}"
+                    results[key] = {"dataflows": count, "queries": len(manager.runtime.queries), "cores": round(cores, 2),
+                                    "e2e_ms_p50": round(pct(latencies, 50)) if latencies else None,
+                                    "e2e_ms_p99": round(pct(latencies, 99)) if latencies else None,
+                                    "records_out": len(latencies),
+                                    "restarts": sum(q.restarts for q in manager.runtime.queries.values()),
+                                    "health": manager.runtime.health()["status"],
+                                    "last_batch_timing": [q.last_timing for q in manager.runtime.queries.values()][:3]}
+                    print(key, results[key], file=sys.stderr, flush=True)
+                finally:
+                    self.drop(manager, prefix)
+        results["rate_per_s"], results["window_s"], results["trigger_s"] = rate, seconds, 1.0
+        return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("parts", nargs="*", default=["throughput", "hop", "post", "scale"])
+    parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test of the script)")
+    parser.add_argument("--counts", help="scale: comma-separated dataflow counts (default 1,10,30)")
+    parser.add_argument("--modes", default="hosting,one_query_per_fragment", help="scale: which runtimes to compare")
+    args = parser.parse_args()
+    bench = Bench()
+    out: dict[str, Any] = {"machine": {"cores": os.cpu_count(), "spark_master": MASTER}, "command": " ".join(sys.argv)}
+    try:
+        for part in args.parts:
+            started = time.monotonic()
+            if part == "throughput":
+                out[part] = bench.throughput(50_000 if args.quick else 300_000)
+            elif part == "hop":
+                out[part] = bench.hop(10 if args.quick else 30, 100)
+            elif part == "post":
+                out[part] = bench.post(100)
+            elif part == "scale":
+                counts = [int(n) for n in args.counts.split(",")] if args.counts else ([1, 3] if args.quick else [1, 10, 30])
+                out[part] = bench.scale(counts, 10 if args.quick else 20, 200, args.modes)
+            print(f"{part}: {json.dumps(out[part])} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+    finally:
+        bench.close()
+    text = json.dumps(out, indent=2)
+    print(text)
+    results = Path(__file__).parent / "results"
+    results.mkdir(exist_ok=True)
+    (results / "runtime_dataplane.json").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
