@@ -20,6 +20,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from api import routes_runtime, routes_wan, schemas
+from api.body import read_body
 from api.health import check_redis
 from api.services import Services, build_services
 from manager.document import DataflowDocument
@@ -29,13 +30,7 @@ from sana.settings import Settings, get_settings
 
 log = logging.getLogger("sana.api")
 
-MAX_BODY = 1 << 20
 STATIC = Path(__file__).parent / "static"
-
-
-class PayloadTooLarge(SanaError):
-    code = "PAYLOAD_TOO_LARGE"
-    status = 413
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -92,20 +87,6 @@ def get_manager(request: Request) -> Manager:
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 ManagerDep = Annotated[Manager, Depends(get_manager)]
-
-
-async def read_body(request: Request) -> bytes:
-    """The request body, refusing more than 1 MiB (declared or streamed)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise PayloadTooLarge(f"the body has {declared} bytes; the limit is {MAX_BODY} (1 MiB)")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise PayloadTooLarge(f"the body exceeds the limit of {MAX_BODY} bytes (1 MiB)")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _iso(timestamp: float) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
+from api.body import read_body
 from manager.service import Manager
 
 router = APIRouter(tags=["wan"])
@@ -37,7 +38,7 @@ def get_wan(request: Request) -> dict[str, Any]:
             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}})
 async def put_wan(request: Request) -> dict[str, Any]:
     """Replace the WAN configuration (sites, links, sources, sinks, selectivity)."""
-    body = await request.body()
+    body = await read_body(request)
     manager = _manager(request)
     await run_in_threadpool(manager.set_wan, body)
     return await run_in_threadpool(manager.wan)

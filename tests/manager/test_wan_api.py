@@ -83,3 +83,9 @@ def test_the_parser_plugs_into_a_subparsers_object():
     add_wan_sim_parser(commands)
     args = parser.parse_args(["wan-sim", "x.json", "--policy", "net"])
     assert (args.command, args.scenario, args.policy, args.handler.__name__) == ("wan-sim", "x.json", "net", "run_wan_sim")
+
+
+def test_put_wan_over_one_mebibyte_is_413(client):
+    response = client.put("/wan", content=b'{"sites": ["' + b"x" * (1 << 20) + b'"]}', headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["code"] == "PAYLOAD_TOO_LARGE"
