@@ -14,6 +14,13 @@ from sana.settings import Settings
 REDIS_URL = os.environ.get("SANA_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
+def delete_prefix(client: redis.Redis, prefix: str) -> None:
+    """Delete every key under ``prefix`` (hypothesis tests cannot use the fixture below)."""
+    keys = list(client.scan_iter(f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
 @pytest.fixture(scope="session")
 def redis_client() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(REDIS_URL)
@@ -27,9 +34,7 @@ def state_prefix(redis_client: redis.Redis) -> Iterator[str]:
     """A fresh SANA_STATE_PREFIX; every key under it is deleted afterwards."""
     prefix = f"test-{uuid.uuid4().hex[:12]}"
     yield prefix
-    keys = list(redis_client.scan_iter(f"{prefix}:*", count=1000))
-    if keys:
-        redis_client.delete(*keys)
+    delete_prefix(redis_client, prefix)
 
 
 @pytest.fixture

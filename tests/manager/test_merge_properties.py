@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from manager.service import Manager
 from runtime.dryrun import DryRunRuntime
-from tests.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, delete_prefix
 from tests.fixtures.generators import traces, workloads
 from tests.fixtures.invariants import check_state
 
@@ -71,9 +71,7 @@ def test_traces_keep_invariants(case):
         left = {key.decode()[len(prefix) + 1:] for key in client.scan_iter(f"{prefix}:*")}
         assert left <= BOOKKEEPING, left
     finally:
-        keys = list(client.scan_iter(f"{prefix}:*"))
-        if keys:
-            client.delete(*keys)
+        delete_prefix(client, prefix)
         client.close()
 
 
@@ -98,7 +96,5 @@ def test_recovered_manager_sees_the_same_state(workload, data):
         assert second.state.dag_members == first.state.dag_members
         assert {k: v.to_dict() for k, v in second.state.dataflows.items()} == {k: v.to_dict() for k, v in first.state.dataflows.items()}
     finally:
-        keys = list(client.scan_iter(f"{prefix}:*"))
-        if keys:
-            client.delete(*keys)
+        delete_prefix(client, prefix)
         client.close()

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from manager.service import Manager
 from runtime.dryrun import DryRunRuntime
-from tests.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, delete_prefix
 from tests.fixtures.generators import traces, workloads
 from tests.fixtures.invariants import check_state
 from tests.manager.wan_invariants import check_wan_state
@@ -137,9 +137,7 @@ def _run(case, check):
         left = {key.decode()[len(prefix) + 1:] for key in client.scan_iter(f"{prefix}:*")}
         assert left <= BOOKKEEPING, left
     finally:
-        keys = list(client.scan_iter(f"{prefix}:*"))
-        if keys:
-            client.delete(*keys)
+        delete_prefix(client, prefix)
         client.close()
 
 
