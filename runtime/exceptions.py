@@ -52,3 +52,17 @@ class QueryFailed(RuntimeFailure):
     """A fragment's Spark query failed to start or died; the message holds Spark's error."""
 
     code = "QUERY_FAILED"
+
+
+class KeyedOperatorUnknown(RuntimeFailure):
+    """A call about a keyed operator named a task that is not a running ``window_aggregate`` or ``join``."""
+
+    code = "KEYED_OPERATOR_UNKNOWN"
+    status = 404
+
+
+class BucketMoveInvalid(RuntimeFailure):
+    """A bucket move named a bucket or a worker the operator does not have."""
+
+    code = "BUCKET_MOVE_INVALID"
+    status = 422

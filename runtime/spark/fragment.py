@@ -42,6 +42,7 @@ from runtime.spark.builders import encode_sql, literal, parse_sql
 from runtime.spark.replays import replays
 from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
 from runtime.spark.state import StateStore
+from runtime.spark.worker_state import WorkerStateStore
 
 log = logging.getLogger("sana.runtime.query")
 
@@ -109,6 +110,8 @@ class FragmentQuery:
         self.batches_done = 0
         self.keyed: dict[str, Any] = {}
         self._store = StateStore(checkpoint / "sana-state")
+        self._worker_store = WorkerStateStore(str(checkpoint / "keyed-state"))
+        self._retired: set[str] = set()
         self._states: dict[str, Any] = {}
         self._states_version: int | None = None
         self._state_bytes = 0
@@ -206,6 +209,7 @@ class FragmentQuery:
                 operator = factory(task, ports)
             keyed[task.id] = operator
         with self._cond:
+            self._retired |= set(self.keyed) - set(keyed)
             self.plan = plan
             self.keyed = keyed
         if wait:
@@ -228,6 +232,9 @@ class FragmentQuery:
         with self._cond:
             plan, keyed = self.plan, self.keyed
             self._in_flight = plan.version
+            retired, self._retired = self._retired, set()
+        for task_id in retired - set(keyed):  # no batch runs them any more: their worker state goes
+            self._worker_store.drop(task_id)
         started = time.perf_counter()
         try:
             written, outputs = self._evaluate(plan, keyed, df, batch_id)
@@ -268,6 +275,8 @@ class FragmentQuery:
             return name
 
         stateful = bool(keyed) or bool(plan.reads)
+        keyed_consumers = {parent for task in plan.tasks if task.id in keyed for _, parent in task.inputs}
+        planned_keyed: dict[str, dict[str, Any]] = {}
         try:
             states = self._load_states(batch_id) if stateful else {}
             new_states: dict[str, Any] = {}
@@ -292,7 +301,10 @@ class FragmentQuery:
                 frames = {port: [session.sql(_with(ctes, f"SELECT * FROM {name}")) for name in sources]
                           for port, sources in inputs.items()}
                 state = states.get(task.id) or operator.initial_state()
-                output, new_states[task.id] = operator.process(session, batch_id, frames, state)
+                output, planned_keyed[task.id] = operator.plan(session, batch_id, frames, state, self._worker_store)
+                if consumers.get(task.id, 0) > 1 or task.id in keyed_consumers:  # run the shuffle once per batch
+                    output = output.persist()
+                    cached.append(output)
                 view = f"{token}_k{len(views)}"
                 output.createOrReplaceTempView(view)
                 views.append(view)
@@ -314,10 +326,15 @@ class FragmentQuery:
             self.last_timing = {"plan_ms": round(1000 * (planned - began), 1),
                                 "compute_ms": round(1000 * (collected - planned), 1),
                                 "write_ms": round(1000 * (time.perf_counter() - collected), 1)}
+            for task_id, draft in planned_keyed.items():
+                new_states[task_id] = keyed[task_id].finish(batch_id, draft, self._worker_store)
+            planned_keyed.clear()
             if stateful:
                 self._save_states(batch_id, new_states)
             return written, len(plan.outputs)
         finally:
+            for task_id in planned_keyed:  # the batch failed: moves it took are requested again
+                keyed[task_id].abort()
             for view in views:
                 session.catalog.dropTempView(view)
             for frame in cached:

@@ -1,17 +1,23 @@
-"""Logical workers for keyed operators: a partitioning the runtime controls, and load metrics.
+"""The shuffle of every keyed operator: records to logical workers, worker i on Spark task i.
 
 Every keyed operator (``window_aggregate``, ``join``) routes each record to one
-of a fixed number of logical workers. The route is a table ``bucket -> worker``
-over ``pmod(xxhash64(keys), BUCKETS)``, read afresh every micro-batch, so the
-runtime can move buckets between workers while the query runs (Reshape's
-split by keys). Operators keep their state per worker and merge it across
-workers before anything is emitted or probed, so a key whose records sit on
-several workers (Reshape's split by records) still gives exact results: skew
-handling changes the table, never the operators.
+of a fixed number of logical workers: ``bucket = pmod(xxhash64(keys), BUCKETS)``
+and a routing table ``bucket -> worker`` that the runtime owns and may change
+between micro-batches (Reshape moves buckets; :meth:`Router.request`).
 
-:class:`WorkerLoad` counts, per worker, the records of the last batch, the
-cumulative records and an exponentially weighted average, plus state rows:
-the load signal a skew controller reads.
+The shuffle is Spark's own: ``repartition(workers, pkey)`` followed by
+``mapInArrow``. Spark's hash partitioning sends a row to partition
+``pmod(murmur3(pkey, 42), n)``; the partition key of worker i is an integer
+chosen so that this is exactly i (:func:`partition_keys`). So logical worker i
+is processed by Spark task i of the shuffle stage and no two workers ever
+share a task by hash collision: a balanced routing table means balanced
+tasks. Each task checks that it got only its own worker's rows.
+
+The driver plans the shuffle and keeps only O(workers + buckets) per operator
+(watermarks, the routing table, per-worker load). Records and state never
+cross it: each task loads its worker's state from the
+:class:`~runtime.spark.worker_state.WorkerStateStore`, processes its records
+and writes the next state version there.
 """
 
 from __future__ import annotations
@@ -21,13 +27,54 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 DEFAULT_WORKERS = 8
 BUCKETS = 64
-WORKER_COLUMN = "__sana_worker"
+PKEY = "__sana_pkey"
+BUCKET = "__sana_bucket"
+MARKER = -1  # the bucket of the one marker row each worker gets in every shuffle
+SIDE = "__sana_side"
 EWMA_ALPHA = 0.3
+HASH_SEED = 42  # Spark's HashPartitioning hashes with Murmur3Hash(seed 42)
+
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(value: int, bits: int) -> int:
+    return ((value << bits) | (value >> (32 - bits))) & _M32
+
+
+def murmur3_int(value: int, seed: int = HASH_SEED) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt(value, seed)``: ``hash(CAST(value AS INT))`` in Spark SQL.
+
+    >>> murmur3_int(0), murmur3_int(1)
+    (933211791, -559580957)
+    """
+    k1 = _rotl((value & _M32) * 0xCC9E2D51 & _M32, 15) * 0x1B873593 & _M32
+    h1 = (_rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & _M32
+    h1 ^= 4
+    h1 = (h1 ^ (h1 >> 16)) * 0x85EBCA6B & _M32
+    h1 = (h1 ^ (h1 >> 13)) * 0xC2B2AE35 & _M32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def partition_keys(workers: int) -> tuple[int, ...]:
+    """For each worker i, the smallest int whose Spark hash partition among ``workers`` is i.
+
+    >>> partition_keys(4)
+    (12, 6, 2, 0)
+    >>> [murmur3_int(key) % 4 for key in partition_keys(4)]
+    [0, 1, 2, 3]
+    """
+    found: dict[int, int] = {}
+    candidate = 0
+    while len(found) < workers:
+        found.setdefault(murmur3_int(candidate) % workers, candidate)
+        candidate += 1
+    return tuple(found[worker] for worker in range(workers))
 
 
 def default_table(workers: int, buckets: int = BUCKETS) -> tuple[int, ...]:
@@ -39,69 +86,117 @@ def default_table(workers: int, buckets: int = BUCKETS) -> tuple[int, ...]:
     return tuple(bucket % workers for bucket in range(buckets))
 
 
+def moved_buckets(old: Sequence[int], new: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """``{bucket: (from worker, to worker)}`` for every bucket whose worker changes.
+
+    >>> moved_buckets((0, 1, 0), (0, 2, 1))
+    {1: (1, 2), 2: (0, 1)}
+    """
+    return {bucket: (before, after) for bucket, (before, after) in enumerate(zip(old, new)) if before != after}
+
+
 @dataclass
 class Router:
-    """The runtime-controlled route ``keys -> bucket -> logical worker`` of one keyed operator."""
+    """The routing table of one keyed operator and the moves requested for the next micro-batch.
+
+    The table in force is part of the operator's versioned state (a replayed
+    batch routes as it did the first time); requests made between batches
+    are applied by the next batch, which moves the buckets' state with them.
+    """
 
     workers: int = DEFAULT_WORKERS
-    table: tuple[int, ...] = ()
-    version: int = 0
+    buckets: int = BUCKETS
+    _pending: dict[int, int] = field(default_factory=dict, repr=False)
+    _requested: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        if not self.table:
-            self.table = default_table(self.workers)
+    def initial(self) -> dict[str, Any]:
+        return {"table": list(default_table(self.workers, self.buckets)), "version": 0, "requested": 0}
 
-    def column(self, keys: Sequence[str]) -> Column:
-        """The worker of each row, as a Spark column (computed on the executors)."""
+    def request(self, moves: Mapping[int, int]) -> int:
+        """Ask for ``{bucket: worker}`` from the next micro-batch on; returns the request number."""
+        for bucket, worker in moves.items():
+            if not 0 <= int(bucket) < self.buckets:
+                raise ValueError(f"bucket {bucket} is not in 0..{self.buckets - 1}")
+            if not 0 <= int(worker) < self.workers:
+                raise ValueError(f"worker {worker} is not in 0..{self.workers - 1}")
         with self._lock:
-            table = self.table
-        if not keys:
-            return F.lit(table[0]).alias(WORKER_COLUMN)
-        bucket = F.pmod(F.xxhash64(*[F.col(f"`{key}`") for key in keys]), F.lit(len(table)))
-        return F.element_at(F.array(*[F.lit(worker) for worker in table]), (bucket + 1).cast("int")).alias(WORKER_COLUMN)
+            self._pending.update({int(bucket): int(worker) for bucket, worker in moves.items()})
+            self._requested += 1
+            return self._requested
 
-    def move(self, bucket: int, worker: int) -> None:
-        """Send ``bucket``'s keys to ``worker`` from the next micro-batch on."""
-        if not 0 <= worker < self.workers:
-            raise ValueError(f"worker {worker} is not in 0..{self.workers - 1}")
+    def next_table(self, routing: Mapping[str, Any]) -> dict[str, Any]:
+        """The routing for the batch about to run: the saved one with the pending requests applied."""
         with self._lock:
-            table = list(self.table)
+            pending, requested = dict(self._pending), self._requested
+            self._pending.clear()
+        table = list(routing["table"])
+        for bucket, worker in pending.items():
             table[bucket] = worker
-            self.table = tuple(table)
-            self.version += 1
+        changed = table != list(routing["table"])
+        return {"table": table, "version": routing["version"] + (1 if changed else 0),
+                "requested": max(requested, routing.get("requested", 0))}
 
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {"workers": self.workers, "buckets": len(self.table), "version": self.version, "table": list(self.table)}
+    def column(self, keys: Sequence[str], table: Sequence[int]) -> tuple[Column, Column]:
+        """``(bucket, partition key)`` of each row as Spark columns (computed on the executors)."""
+        pkeys = partition_keys(self.workers)
+        if keys:
+            bucket = F.pmod(F.xxhash64(*[F.col(f"`{key}`") for key in keys]), F.lit(self.buckets)).cast("int")
+        else:
+            bucket = F.lit(0)
+        pkey = F.element_at(F.array(*[F.lit(pkeys[worker]) for worker in table]), bucket + 1)
+        return bucket.alias(BUCKET), pkey.cast("int").alias(PKEY)
+
+
+def shuffle(session, frames: Sequence[DataFrame], pkeys: Sequence[int]) -> DataFrame:
+    """Union the routed frames and shuffle them so that worker i's rows form one Spark partition.
+
+    Every worker also gets one marker row (bucket -1) carrying its partition
+    key: its task then knows which worker it is even when no record was
+    routed to it (a Spark task's partition id is not the worker's when the
+    shuffle's output feeds a union), and runs, so windows still close and
+    state versions are still written.
+    """
+    markers = session.range(len(pkeys)).select(
+        F.element_at(F.array(*[F.lit(key) for key in pkeys]), (F.col("id") + 1).cast("int")).cast("int").alias(PKEY),
+        F.lit(MARKER).cast("int").alias(BUCKET))
+    combined = frames[0]
+    for frame in [*frames[1:], markers]:
+        combined = combined.unionByName(frame, allowMissingColumns=True)
+    return combined.repartition(len(pkeys), F.col(PKEY))
 
 
 @dataclass
 class WorkerLoad:
-    """Per-worker load of one keyed operator."""
+    """Per-worker load of one keyed operator (the signal a skew controller reads)."""
 
     workers: int = DEFAULT_WORKERS
     last: list[int] = field(default_factory=list)
     total: list[int] = field(default_factory=list)
     ewma: list[float] = field(default_factory=list)
     state_rows: list[int] = field(default_factory=list)
+    task_ms: list[float] = field(default_factory=list)
     batches: int = 0
 
     def __post_init__(self) -> None:
         for name in ("last", "total", "state_rows"):
             if not getattr(self, name):
                 setattr(self, name, [0] * self.workers)
-        if not self.ewma:
-            self.ewma = [0.0] * self.workers
+        for name in ("ewma", "task_ms"):
+            if not getattr(self, name):
+                setattr(self, name, [0.0] * self.workers)
 
-    def record(self, rows: Mapping[int, int], state_rows: Mapping[int, int]) -> None:
+    def record(self, metas: Mapping[int, Mapping[str, Any]]) -> None:
+        """Account one batch from the workers' reports (``rows``, ``state_rows``, ``task_ms``)."""
         self.batches += 1
         for worker in range(self.workers):
-            count = int(rows.get(worker, 0))
+            meta = metas.get(worker) or {}
+            count = int(meta.get("rows", 0))
             self.last[worker] = count
             self.total[worker] += count
             self.ewma[worker] = EWMA_ALPHA * count + (1 - EWMA_ALPHA) * self.ewma[worker]
-            self.state_rows[worker] = int(state_rows.get(worker, 0))
+            self.state_rows[worker] = int(meta.get("state_rows", 0))
+            self.task_ms[worker] = float(meta.get("task_ms", 0.0))
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -110,12 +205,81 @@ class WorkerLoad:
             "total_rows": list(self.total),
             "ewma_rows": [round(value, 2) for value in self.ewma],
             "state_rows": list(self.state_rows),
+            "task_ms": [round(value, 1) for value in self.task_ms],
         }
 
 
-def counts_by_worker(frame, column: str = WORKER_COLUMN, weight: str | None = None) -> dict[int, int]:
-    """``{worker: rows}`` of a pandas frame holding a worker column (optionally summing ``weight``)."""
-    if frame is None or len(frame) == 0:
-        return {}
-    grouped = frame.groupby(column)[weight].sum() if weight else frame.groupby(column).size()
-    return {int(worker): int(count) for worker, count in grouped.items()}
+@dataclass(frozen=True)
+class WorkerTask:
+    """The ``mapInArrow`` function of a keyed shuffle: one call per Spark task, i.e. per logical worker.
+
+    Loads the worker's state as of the batch before ``batch_id``, applies the
+    bucket moves between ``old_table`` and ``new_table`` (a bucket leaving this
+    worker drops its rows; a bucket arriving brings its rows from the worker it
+    leaves, read from that worker's previous version), runs ``step`` and
+    writes the new version with the step's report. ``step(state, rows) ->
+    (state, output, report)`` works on Arrow tables.
+    """
+
+    store: Any  # WorkerStateStore
+    operator: str
+    batch_id: int
+    pkeys: tuple[int, ...]
+    old_table: tuple[int, ...]
+    new_table: tuple[int, ...]
+    step: Any
+    output_schema: Any  # pyarrow.Schema
+
+    def __call__(self, batches):
+        import time
+
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        started = time.perf_counter()
+        received = [batch for batch in batches if batch.num_rows]
+        table = pa.Table.from_batches(received) if received else None
+        marker = pc.equal(table.column(BUCKET), MARKER) if table is not None else None
+        markers = table.filter(marker).column(PKEY).to_pylist() if table is not None else []
+        if len(markers) != 1:
+            raise RuntimeError(f"keyed shuffle of {self.operator}: a Spark task got {len(markers)} worker marker(s) "
+                               f"({markers}); Spark's hash partitioning is not what Sana expects")
+        worker = self.pkeys.index(markers[0])
+        rows = table.filter(pc.invert(marker))
+        strangers = pc.sum(pc.not_equal(rows.column(PKEY), markers[0])).as_py() if rows.num_rows else 0
+        if strangers:
+            raise RuntimeError(f"keyed shuffle of {self.operator}: worker {worker}'s Spark task got {strangers} row(s) "
+                               "of other workers; Spark's hash partitioning is not what Sana expects")
+        rows = rows if rows.num_rows else None
+        _, state = self.store.load_before(self.operator, worker, self.batch_id)
+        state, moved = self._move(worker, state)
+        state, output, report = self.step(state, rows)
+        report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2))
+        self.store.save(self.operator, worker, self.batch_id, state, report)
+        if output is not None and output.num_rows:
+            yield from output.cast(self.output_schema).to_batches()
+
+    def _move(self, worker: int, state):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        moves = moved_buckets(self.old_table, self.new_table)
+        if not moves:
+            return state, 0
+        leaving = [bucket for bucket, (before, _) in moves.items() if before == worker]
+        if state is not None and leaving:
+            state = state.filter(pc.invert(pc.is_in(state.column(BUCKET), pa.array(leaving, pa.int32()))))
+        arriving: dict[int, list[int]] = {}
+        for bucket, (before, after) in moves.items():
+            if after == worker:
+                arriving.setdefault(before, []).append(bucket)
+        pieces, moved = [state] if state is not None else [], 0
+        for source, buckets in sorted(arriving.items()):
+            _, theirs = self.store.load_before(self.operator, source, self.batch_id)
+            if theirs is None:
+                continue
+            piece = theirs.filter(pc.is_in(theirs.column(BUCKET), pa.array(buckets, pa.int32())))
+            moved += piece.num_rows
+            pieces.append(piece)
+        pieces = [piece for piece in pieces if piece is not None]
+        return (pa.concat_tables(pieces) if pieces else None), moved

@@ -31,7 +31,7 @@ from typing import Any
 
 import redis
 
-from runtime.exceptions import QueryFailed, RuntimeFailure
+from runtime.exceptions import BucketMoveInvalid, KeyedOperatorUnknown, QueryFailed, RuntimeFailure
 from runtime.broker.offsets import probe_consumer, topic_end_offsets
 from runtime.broker.producer import BatchProducer
 from runtime.broker.topics import Topics
@@ -151,6 +151,33 @@ class SparkRuntime:
         if degraded:
             result.update(status="degraded", degraded=degraded)
         return result
+
+    def move_buckets(self, task_id: str, moves: Mapping[int, int], wait_s: float | None = 60.0) -> dict[str, Any]:
+        """Route ``{bucket: worker}`` of keyed operator ``task_id`` from the next micro-batch on.
+
+        The batch that applies the moves first moves each bucket's state to
+        its new worker (nothing lost, nothing emitted twice: see
+        :class:`~runtime.spark.keyed.WorkerTask`). With ``wait_s`` the call
+        returns once such a batch has completed (it raises
+        :class:`QueryFailed` if none did in time); without, at once. Returns
+        the operator's routing as it is now. This is the call the skew
+        controller makes.
+        """
+        operator = self._keyed_operator(task_id)
+        try:
+            request = operator.request_moves(moves)
+        except ValueError as error:
+            raise BucketMoveInvalid(f"keyed operator {task_id}: {error}") from None
+        if wait_s:
+            operator.wait_moved(request, wait_s)
+        return {"task": task_id, "request": request, "moved_state_rows": operator.moved_rows}
+
+    def _keyed_operator(self, task_id: str):
+        for query in list(self.queries.values()):
+            operator = query.keyed.get(task_id)
+            if operator is not None:
+                return operator
+        raise KeyedOperatorUnknown(f"task {task_id!r} is not a running keyed operator (window_aggregate or join)")
 
     def close(self) -> None:
         self._closing.set()

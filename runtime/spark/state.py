@@ -1,7 +1,11 @@
-"""Keyed operator state, versioned by micro-batch id next to the query's checkpoint.
+"""The driver's small per-query state, versioned by micro-batch id next to the query's checkpoint.
 
-After batch ``b`` the state of every keyed operator of a query is written to
-``<checkpoint>/sana-state/<b>.pkl`` (write then rename). Batch ``b`` starts from
+What the driver keeps between batches is small and does not grow with the
+input: per keyed operator its watermarks, routing table and row counts (the
+rows themselves live in the worker state store, :mod:`runtime.spark.worker_state`),
+and the replay memory of the topics the query reads from other queries.
+After batch ``b`` it is written to ``<checkpoint>/sana-state/<b>.pkl`` (write
+then rename). Batch ``b`` starts from
 the newest version older than ``b``, so a batch replayed after a crash (Spark
 re-runs it with the same offsets) starts from the same state and produces the
 same output: the state is as exact as Spark's offset log.

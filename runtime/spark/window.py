@@ -1,18 +1,25 @@
-"""``window_aggregate`` on Spark: keyed event-time windows with a watermark.
+"""``window_aggregate`` on Spark's executors: keyed event-time windows with a watermark.
 
-Per micro-batch: Spark assigns rows to windows (``window()``, tumbling or
-sliding) and to logical workers, drops (row, window) pairs whose window the
-watermark already closed, and computes partial aggregates per (worker, keys,
-window). The partials (one row per group, small) are merged on the driver
-into the operator's state, kept per logical worker. Then the watermark
-advances to max(event time seen) - ``watermark`` and every window whose end
-it passed is emitted once: its partials are combined across workers, so a key
-whose records were split over several workers still gives one exact row.
+Per micro-batch:
+
+1. A small job finds the batch's largest event time (one number to the
+   driver), which gives the watermark after the batch: max(event time seen) -
+   ``watermark``. The watermark in force when the batch starts closes the
+   windows that end at or before it.
+2. The rows (keys, event time, one input column per partial aggregate) are
+   routed to logical workers and shuffled, worker i on Spark task i. Each
+   worker (:class:`~runtime.spark.window_worker.WindowStep`) assigns rows to
+   windows, merges their partial aggregates into its state (versioned by
+   batch in the worker state store) and emits the partials of every window
+   the new watermark closed.
+3. The emitted partials are merged across workers by a Spark aggregation
+   (a key split over several workers still gives one exact row) and turned
+   into the output columns; ``avg`` is kept as a sum and a count.
 
 Semantics: a (row, window) pair counts iff the window's end is after the
 watermark in force when the row's batch starts (late data within the
-watermark is counted; later data is dropped). Windows close in the batch that
-moves the watermark past their end.
+watermark is counted; later data is dropped). A window is emitted once, in
+the batch that moves the watermark past its end.
 """
 
 from __future__ import annotations
@@ -20,135 +27,119 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pandas as pd
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from runtime.operators.fields import duration_ms
+from runtime.operators.types import INTEGRAL
 from runtime.operators.window import WindowAggregateConfig, aggregate_call
 from runtime.plan import TaskSpec
-from runtime.spark.frames import to_pandas, to_spark
-from runtime.spark.keyed import DEFAULT_WORKERS, WORKER_COLUMN, Router, WorkerLoad, counts_by_worker
+from runtime.spark.frames import arrow_type
+from runtime.spark.keyed import DEFAULT_WORKERS
+from runtime.spark.keyed_operator import KeyedOperator
+from runtime.spark.window_worker import END, START, TIMESTAMP, TS, WindowStep, part_input
 
-START, END = "__sana_start", "__sana_end"
-ROWS, MAX_TS = "__sana_rows", "__sana_max_ts"
-
-
-def _micros(value: pd.Timestamp) -> int:
-    return int(value.value // 1000)
+_DECIMAL_SUM = "decimal(38,{scale})"
 
 
-class WindowAggregate:
-    """One running ``window_aggregate`` task: its router, load and state handling."""
+def _col(name: str) -> Column:
+    return F.col(f"`{name}`")
+
+
+class WindowAggregate(KeyedOperator):
+    """One running ``window_aggregate`` task."""
+
+    kind = "window_aggregate"
 
     def __init__(self, task: TaskSpec, input_schemas: Mapping[str, list[dict[str, str]]], workers: int = DEFAULT_WORKERS):
-        self.task = task
+        super().__init__(task, workers)
         self.config = WindowAggregateConfig.model_validate(task.config)
-        self.router = Router(workers)
-        self.load = WorkerLoad(workers)
+        (self.input_schema,) = input_schemas["in"]
+        self.window_us = duration_ms(self.config.window) * 1000
+        self.slide_us = duration_ms(self.config.slide) * 1000 if self.config.slide else self.window_us
         self.delay_us = duration_ms(self.config.watermark) * 1000
-        self.parts: list[tuple[str, str, str | None]] = []  # (partial column, how to combine, source column)
+        # (part, how it folds, its input as a Spark column, its Spark type); outputs: out -> (function, parts)
+        self.parts: list[tuple[str, str, Column, str]] = []
         self.outputs: dict[str, tuple[str, list[str]]] = {}
         for out, text in self.config.aggregates.items():
             function, column = aggregate_call(text)
+            kind = self.input_schema.get(column) if column else None
             if function == "count":
-                self.parts.append((f"{out}__n", "sum", column))
-                self.outputs[out] = ("count", [f"{out}__n"])
+                parts = [(f"__agg_{out}__n", "sum", _indicator(column), "bigint")]
             elif function == "avg":
-                self.parts += [(f"{out}__s", "sum", column), (f"{out}__n", "sum", column)]
-                self.outputs[out] = ("avg", [f"{out}__s", f"{out}__n"])
+                parts = [(f"__agg_{out}__s", "sum", _col(column).cast("double"), "double"),
+                         (f"__agg_{out}__n", "sum", _indicator(column), "bigint")]
+            elif function == "sum":
+                parts = [(f"__agg_{out}__sum", "sum", _col(column).cast(_sum_type(kind)), _sum_type(kind))]
             else:
-                self.parts.append((f"{out}__{function}", function, column))
-                self.outputs[out] = (function, [f"{out}__{function}"])
-
-    # -- state ---------------------------------------------------------------
+                parts = [(f"__agg_{out}__{function}", function, _col(column), kind)]
+            self.parts += parts
+            self.outputs[out] = (function, [name for name, *_ in parts])
 
     def initial_state(self) -> dict[str, Any]:
-        return {"partials": None, "max_event_us": None, "watermark_us": None}
+        return {**super().initial_state(), "max_event_us": None}
 
-    @staticmethod
-    def state_rows(state: dict[str, Any]) -> int:
-        partials = state.get("partials")
-        return 0 if partials is None else len(partials)
-
-    # -- one micro-batch -----------------------------------------------------
-
-    def _spark_partials(self, df: DataFrame, watermark_us: int | None) -> DataFrame:
-        config = self.config
-        ts = F.col(f"`{config.time_column}`")
-        window = F.window(ts, config.window, config.slide) if config.slide else F.window(ts, config.window)
-        keys = [F.col(f"`{key}`").alias(key) for key in config.keys]
-        values = {column: F.col(f"`{column}`").alias(f"__v_{column}") for _, _, column in self.parts if column}
-        rows = df.where(ts.isNotNull()).select(self.router.column(config.keys), *keys, ts.alias("__ts"),
-                                               *values.values(), window.alias("__w"))
-        rows = rows.select("*", F.col("__w.start").alias(START), F.col("__w.end").alias(END))
-        if watermark_us is not None:
-            rows = rows.where(F.col(END) > F.timestamp_micros(F.lit(watermark_us)))
-        aggregates = [F.count(F.lit(1)).alias(ROWS), F.max("__ts").alias(MAX_TS)]
-        for name, how, column in self.parts:
-            source = F.col(f"__v_{column}") if column else F.lit(1)
-            if how == "sum" and name.endswith("__n"):
-                aggregates.append(F.count(source).alias(name))
-            else:
-                aggregates.append(getattr(F, how)(source).alias(name))
-        return rows.groupBy(WORKER_COLUMN, *config.keys, START, END).agg(*aggregates)
-
-    def _merge(self, frames: list[pd.DataFrame | None], by: list[str]) -> pd.DataFrame | None:
-        present = [frame for frame in frames if frame is not None and len(frame)]
-        if not present:
-            return None
-        frame = pd.concat(present, ignore_index=True)
-        grouped = frame.groupby(by, dropna=False, sort=False)
-        pieces = [grouped[ROWS].sum()]
-        for name, how, _ in self.parts:
-            column = grouped[name]
-            pieces.append(column.sum(min_count=1) if how == "sum" else getattr(column, how)())
-        return pd.concat(pieces, axis=1).reset_index()
-
-    def process(self, spark: SparkSession, batch_id: int, inputs: Mapping[str, list[DataFrame]],
-                state: dict[str, Any]) -> tuple[DataFrame, dict[str, Any]]:
+    def _route(self, session: SparkSession, inputs: Mapping[str, list[DataFrame]], draft: dict[str, Any],
+               table: list[int]) -> tuple[list[DataFrame], WindowStep, pa.Schema]:
         (df,) = inputs["in"]
-        watermark = state["watermark_us"]
-        batch = to_pandas(self._spark_partials(df, watermark))
-        max_event = state["max_event_us"]
-        if len(batch):
-            batch_max = batch[MAX_TS].max()
-            if not pd.isna(batch_max):
-                max_event = max(max_event or _micros(batch_max), _micros(batch_max))
-            batch = batch.drop(columns=[MAX_TS])
-        group = [WORKER_COLUMN, *self.config.keys, START, END]
-        partials = self._merge([state["partials"], batch], group)
+        config = self.config
+        ts = _col(config.time_column)
+        rows = df.where(ts.isNotNull())
+        watermark = draft["watermark_us"]
+        if watermark is not None:  # no window of an older row is still open
+            rows = rows.where(ts > F.timestamp_micros(F.lit(watermark - self.window_us)))
+        batch_max = rows.agg(F.max(F.unix_micros(ts))).first()[0]
+        max_event = draft["max_event_us"]
+        if batch_max is not None:
+            max_event = batch_max if max_event is None else max(max_event, batch_max)
+        emit = watermark
         if max_event is not None:
             candidate = max_event - self.delay_us
-            watermark = candidate if watermark is None else max(watermark, candidate)
-        emitted = None
-        if partials is not None and watermark is not None:
-            closed = partials[END].map(_micros) <= watermark
-            emitted = self._merge([partials[closed]], [*self.config.keys, START, END])
-            partials = partials[~closed].reset_index(drop=True) if (~closed).any() else None
-        self.load.record(counts_by_worker(batch, weight=ROWS) if len(batch) else {}, counts_by_worker(partials))
-        output = to_spark(spark, self._finish(emitted), self.task.schema)
-        return output, {"partials": partials, "max_event_us": max_event, "watermark_us": watermark}
+            emit = candidate if watermark is None else max(watermark, candidate)
+        draft.update(max_event_us=max_event, next_watermark_us=emit)
+        bucket, pkey = self.router.column(config.keys, table)
+        routed = rows.select(pkey, bucket, *[_col(key).alias(key) for key in config.keys], ts.alias(TS),
+                             *[column.alias(part_input(name)) for name, _, column, _ in self.parts])
+        parts = tuple((name, how, arrow_type(kind)) for name, how, _, kind in self.parts)
+        step = WindowStep(tuple(config.keys), self.window_us, self.slide_us, parts, watermark, emit)
+        output = pa.schema([*[pa.field(key, arrow_type(self.input_schema[key])) for key in config.keys],
+                            pa.field(START, TIMESTAMP), pa.field(END, TIMESTAMP),
+                            *[pa.field(name, kind) for name, _, kind in parts]])
+        return [routed], step, output
 
-    def _finish(self, emitted: pd.DataFrame | None) -> pd.DataFrame | None:
-        if emitted is None or not len(emitted):
-            return None
-        result = pd.DataFrame({key: emitted[key] for key in self.config.keys})
-        result["window_start"] = emitted[START]
-        result["window_end"] = emitted[END]
-        for out, (function, columns) in self.outputs.items():
+    def _finish_plan(self, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
+        """Merge the emitted partials of each (keys, window) across workers; compute the outputs."""
+        keys = list(self.config.keys)
+        merged = frame.groupBy(*keys, START, END).agg(*[getattr(F, how)(name).alias(name) for name, how, _, _ in self.parts])
+        schema = self.task.schema
+        columns = [_col(key).alias(key) for key in keys]
+        columns += [F.col(START).alias("window_start"), F.col(END).alias("window_end")]
+        for out, (function, parts) in self.outputs.items():
             if function == "avg":
-                total, count = emitted[columns[0]], emitted[columns[1]]
-                result[out] = (total.astype("float64") / count.where(count > 0)).astype("float64")
+                total, count = F.col(parts[0]), F.col(parts[1])
+                value = F.when(count > 0, total / count)
             else:
-                result[out] = emitted[columns[0]]
-        return result.sort_values(["window_start", *self.config.keys], kind="stable").reset_index(drop=True)
+                value = F.col(parts[0])
+            columns.append(value.cast(schema[out]).alias(out))
+        return merged.select(*columns).sortWithinPartitions("window_start", *keys)
 
-    def metrics(self, state: dict[str, Any] | None) -> dict[str, Any]:
-        return {
-            "operator": "window_aggregate",
-            "state_rows": self.state_rows(state or {}),
-            "watermark_us": (state or {}).get("watermark_us"),
-            "workers": self.load.snapshot(),
-            "routing": self.router.snapshot(),
-        }
+    def _advance(self, draft: dict[str, Any], reports: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+        state = dict(draft)
+        state["watermark_us"] = state.pop("next_watermark_us")
+        return state
+
+
+def _indicator(column: str | None) -> Column:
+    """1 for a row that counts (every row for ``count(*)``, a non-null value for ``count(col)``), else 0."""
+    if column is None:
+        return F.lit(1).cast("bigint")
+    return F.when(_col(column).isNull(), F.lit(0)).otherwise(F.lit(1)).cast("bigint")
+
+
+def _sum_type(kind: str | None) -> str:
+    if kind in INTEGRAL:
+        return "bigint"
+    if kind and kind.startswith("decimal("):
+        return _DECIMAL_SUM.format(scale=kind.split(",")[1].rstrip(") "))
+    return "double"

@@ -1,0 +1,181 @@
+"""What a keyed operator's worker does with a batch, its state store and bucket moves (pure Arrow, no Spark)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import random
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pytest
+
+from runtime.spark.join_worker import LEFT, RIGHT, JoinStep, side_column
+from runtime.spark.keyed import BUCKET, PKEY, SIDE, Router, WorkerTask, default_table, moved_buckets
+from runtime.spark.window_worker import END, START, TIMESTAMP, TS, WindowStep, part_input
+from runtime.spark.worker_state import KEEP_VERSIONS, WorkerStateStore
+
+EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SECOND = 1_000_000
+
+
+def at(seconds: float) -> datetime:
+    return EPOCH + timedelta(seconds=seconds)
+
+
+def us(seconds: float) -> int:
+    return int(at(seconds).timestamp() * SECOND)
+
+
+@pytest.mark.parametrize("name", ["runtime.spark.keyed", "runtime.spark.window_worker"])
+def test_docstring_examples(name):
+    assert doctest.testmod(importlib.import_module(name)).failed == 0
+
+
+# -- window_aggregate ---------------------------------------------------------------
+
+PARTS = (("n", "sum", pa.int64()), ("total", "sum", pa.float64()), ("hi", "max", pa.float64()))
+
+
+def window_rows(records: list[tuple[str, float, float]], bucket: int = 3) -> pa.Table:
+    """``(sensor, seconds, temp)`` records as the shuffle delivers them to a worker."""
+    return pa.table({
+        PKEY: pa.array([7] * len(records), pa.int32()),
+        BUCKET: pa.array([bucket] * len(records), pa.int32()),
+        "sensor": [sensor for sensor, _, _ in records],
+        TS: pa.array([at(t) for _, t, _ in records], TIMESTAMP),
+        part_input("n"): pa.array([1] * len(records), pa.int64()),
+        part_input("total"): pa.array([temp for _, _, temp in records], pa.float64()),
+        part_input("hi"): pa.array([temp for _, _, temp in records], pa.float64()),
+    })
+
+
+def window_step(watermark: float | None, emit: float | None, slide: int = 10) -> WindowStep:
+    return WindowStep(("sensor",), 10 * SECOND, slide * SECOND, PARTS,
+                      None if watermark is None else us(watermark), None if emit is None else us(emit))
+
+
+def emitted_rows(table: pa.Table | None) -> list[tuple]:
+    if table is None:
+        return []
+    return sorted((row["sensor"], row[START], row["n"], row["total"], row["hi"]) for row in table.to_pylist())
+
+
+def test_window_worker_merges_batches_and_emits_closed_windows_once():
+    state, emitted, report = window_step(None, 2)(None, window_rows([("a", 1, 20.0), ("a", 4, 22.0), ("b", 12, 5.0)]))
+    assert emitted_rows(emitted) == [] and report == {"rows": 3, "state_rows": 2}
+    state, emitted, report = window_step(2, 9)(state, window_rows([("a", 7, 30.0)]))
+    assert emitted_rows(emitted) == [] and report["state_rows"] == 2
+    state, emitted, report = window_step(9, 15)(state, window_rows([("a", 3, 1.0), ("b", 25, 6.0)]))
+    assert emitted_rows(emitted) == [("a", at(0), 4, 73.0, 30.0)]  # the late 3 s counts: [0, 10) was still open
+    assert report["state_rows"] == 2 and sorted(state.column(END).to_pylist()) == [at(20), at(30)]
+
+
+def test_window_worker_drops_pairs_the_watermark_closed_and_splits_sliding_windows():
+    state, emitted, _ = window_step(12, 12, slide=5)(None, window_rows([("a", 8, 1.0), ("a", 13, 2.0)]))
+    # t=8 lies in [0,10) (closed: dropped) and [5,15) (open); t=13 in [5,15) and [10,20)
+    assert emitted_rows(emitted) == []
+    windows = sorted(zip(state.column(START).to_pylist(), state.column("n").to_pylist()))
+    assert windows == [(at(5), 2), (at(10), 1)]
+
+
+def test_window_worker_sum_of_only_nulls_is_null():
+    rows = window_rows([("a", 1, 0.0)]).set_column(5, part_input("total"), pa.array([None], pa.float64()))
+    _, emitted, _ = window_step(None, 20)(None, rows)
+    (row,) = emitted.to_pylist()
+    assert row["total"] is None and row["n"] == 1
+
+
+# -- join ------------------------------------------------------------------------------
+
+LEFT_COLUMNS = ("sensor", "temp", "ts")
+RIGHT_COLUMNS = ("sensor", "temp", "ts")
+
+
+def join_step(watermark: float | None, window: int | None = 5) -> JoinStep:
+    return JoinStep(("sensor",), LEFT_COLUMNS, RIGHT_COLUMNS, (("temp", "right_temp"), ("ts", "right_ts")),
+                    ("sensor", "temp", "ts", "right_temp", "right_ts"), "ts",
+                    None if window is None else window * SECOND, None if watermark is None else us(watermark))
+
+
+def join_rows(left: list[tuple[str, float, float]], right: list[tuple[str, float, float]]) -> pa.Table:
+    records = [(LEFT, record) for record in left] + [(RIGHT, record) for record in right]
+    columns = {PKEY: pa.array([1] * len(records), pa.int32()), BUCKET: pa.array([0] * len(records), pa.int32()),
+               SIDE: pa.array([side for side, _ in records], pa.int8())}
+    for side in (LEFT, RIGHT):
+        columns[side_column(side, "sensor")] = pa.array([r[0] if s == side else None for s, r in records], pa.string())
+        columns[side_column(side, "temp")] = pa.array([r[2] if s == side else None for s, r in records], pa.float64())
+        columns[side_column(side, "ts")] = pa.array([at(r[1]) if s == side else None for s, r in records], TIMESTAMP)
+    return pa.table(columns)
+
+
+def pairs(table: pa.Table | None) -> list[tuple]:
+    return [] if table is None else [(r["sensor"], r["temp"], r["right_temp"]) for r in table.to_pylist()]
+
+
+def test_join_worker_emits_each_pair_once_and_evicts_what_cannot_match():
+    state, out, report = join_step(None)(None, join_rows([("a", 1, 1.0), ("b", 1, 2.0)], [("a", 2, 10.0)]))
+    assert pairs(out) == [("a", 1.0, 10.0)] and report["max_left_us"] == us(1) and report["max_right_us"] == us(2)
+    state, out, _ = join_step(None)(state, join_rows([("a", 3, 3.0)], [("a", 9, 11.0)]))
+    assert sorted(pairs(out)) == [("a", 3.0, 10.0)]  # 1 and 9 are 8 s apart: no pair
+    state, out, report = join_step(20)(state, join_rows([], [("a", 22, 12.0)]))
+    assert pairs(out) == [] and report["state_rows"] == 1  # everything older than 20 - 5 is gone
+
+
+def test_join_worker_output_order_does_not_depend_on_arrival_order():
+    left = [(f"k{i % 3}", i, float(i)) for i in range(12)]
+    right = [(f"k{i % 3}", i + 0.5, float(100 + i)) for i in range(12)]
+    first = join_step(None, window=None)(None, join_rows(left, right))[1].to_pylist()
+    random.Random(3).shuffle(left)
+    random.Random(4).shuffle(right)
+    second = join_step(None, window=None)(None, join_rows(left, right))[1].to_pylist()
+    assert first == second and len(first) == 48
+
+
+# -- the state store ----------------------------------------------------------------------
+
+def test_state_store_reads_the_newest_version_before_a_batch_and_keeps_a_few(tmp_path):
+    store = WorkerStateStore(str(tmp_path))
+    for batch in range(6):
+        store.save("op", 2, batch, pa.table({"x": [batch]}), {"rows": batch})
+    assert store.load_before("op", 2, 6)[0] == 5
+    version, table = store.load_before("op", 2, 5)
+    assert version == 4 and table.column("x").to_pylist() == [4]
+    assert store.load_before("op", 2, 3) == (None, None)  # pruned: only the newest KEEP_VERSIONS stay
+    assert len(list((tmp_path / "op" / "w2").iterdir())) == KEEP_VERSIONS
+    assert store.meta("op", 2, 5) == {"rows": 5} and store.meta("op", 2, 9) is None
+    store.save("op", 3, 0, None, {"rows": 0})
+    assert store.load_before("op", 3, 1) == (0, None)
+    store.drop("op")
+    assert not (tmp_path / "op").exists()
+
+
+# -- routing and moves ----------------------------------------------------------------------
+
+def test_router_applies_requests_at_the_next_batch_and_checks_them():
+    router = Router(workers=4, buckets=8)
+    routing = router.initial()
+    assert routing["table"] == list(default_table(4, 8))
+    request = router.request({1: 3, 6: 0})
+    after = router.next_table(routing)
+    assert after["table"] == [0, 3, 2, 3, 0, 1, 0, 3] and after["version"] == 1 and after["requested"] == request
+    assert moved_buckets(routing["table"], after["table"]) == {1: (1, 3), 6: (2, 0)}
+    assert router.next_table(after)["version"] == 1  # nothing pending: the table stays
+    with pytest.raises(ValueError, match="worker 4 is not in 0..3"):
+        router.request({0: 4})
+    with pytest.raises(ValueError, match="bucket 8 is not in 0..7"):
+        router.request({8: 0})
+
+
+def test_a_moved_bucket_takes_exactly_its_state_rows_along(tmp_path):
+    store = WorkerStateStore(str(tmp_path))
+    store.save("op", 0, 4, pa.table({BUCKET: pa.array([0, 2, 2, 4], pa.int32()), "v": [1, 2, 3, 4]}), {})
+    store.save("op", 1, 4, pa.table({BUCKET: pa.array([1, 3], pa.int32()), "v": [5, 6]}), {})
+    old, new = (0, 1, 0, 1, 0), (0, 1, 1, 1, 0)  # bucket 2: worker 0 -> 1
+    task = WorkerTask(store, "op", 5, (5, 6), old, new, None, None)
+    _, mine = store.load_before("op", 0, 5)
+    left, moved = task._move(0, mine)
+    assert left.column("v").to_pylist() == [1, 4] and moved == 0
+    _, theirs = store.load_before("op", 1, 5)
+    arrived, moved = task._move(1, theirs)
+    assert sorted(arrived.column("v").to_pylist()) == [2, 3, 5, 6] and moved == 2
