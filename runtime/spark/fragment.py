@@ -298,8 +298,7 @@ class FragmentQuery:
                 if operator is None:
                     define(task.id, spec.builder["spark_sql"](task, inputs))
                     continue
-                frames = {port: [session.sql(_with(ctes, f"SELECT * FROM {name}")) for name in sources]
-                          for port, sources in inputs.items()}
+                frames = {port: [_with(ctes, f"SELECT * FROM {name}") for name in sources] for port, sources in inputs.items()}
                 state = states.get(task.id) or operator.initial_state()
                 output, planned_keyed[task.id] = operator.plan(session, batch_id, frames, state, self._worker_store)
                 if consumers.get(task.id, 0) > 1 or task.id in keyed_consumers:  # run the shuffle once per batch

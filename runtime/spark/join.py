@@ -22,15 +22,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from runtime.operators.fields import duration_ms
 from runtime.operators.join import RIGHT_PREFIX, JoinConfig, join_time_column
 from runtime.plan import TaskSpec
 from runtime.spark.frames import arrow_schema
 from runtime.spark.join_worker import LEFT, RIGHT, JoinStep, side_column
-from runtime.spark.keyed import DEFAULT_WORKERS, SIDE
+from runtime.spark.keyed import BUCKET, DEFAULT_WORKERS, PKEY, SIDE, branch
 from runtime.spark.keyed_operator import KeyedOperator
 
 
@@ -57,30 +56,31 @@ class StreamJoin(KeyedOperator):
     def initial_state(self) -> dict[str, Any]:
         return {**super().initial_state(), "max_left_us": None, "max_right_us": None}
 
-    def _side(self, df: DataFrame, side: int, schema: Mapping[str, str], watermark: int | None,
-              table: list[int]) -> DataFrame:
-        rows = df
-        for key in self.config.on:
-            rows = rows.where(F.col(f"`{key}`").isNotNull())
+    def _side(self, source: str, side: int, schema: Mapping[str, str], watermark: int | None,
+              table: list[int], columns: list[tuple[str, str]]) -> str:
+        conditions = [f"`{key}` IS NOT NULL" for key in self.config.on]
         if self.window_us is not None:
-            ts = F.col(f"`{self.time_column}`")
-            rows = rows.where(ts.isNotNull())
+            conditions.append(f"`{self.time_column}` IS NOT NULL")
             if watermark is not None:
-                rows = rows.where(ts >= F.timestamp_micros(F.lit(watermark)))
-        bucket, pkey = self.router.column(self.config.on, table)
-        return rows.select(pkey, bucket, F.lit(side).cast("tinyint").alias(SIDE),
-                           *[F.col(f"`{name}`").alias(side_column(side, name)) for name in schema])
+                conditions.append(f"`{self.time_column}` >= timestamp_micros({watermark})")
+        bucket, pkey = self.router.columns(self.config.on, table)
+        values = {PKEY: pkey, BUCKET: bucket, SIDE: f"CAST({side} AS TINYINT)"}
+        values.update({side_column(side, name): f"`{name}`" for name in schema})
+        return branch(columns, values, f"({source}) AS i", " AND ".join(conditions))
 
-    def _route(self, session: SparkSession, inputs: Mapping[str, list[DataFrame]], draft: dict[str, Any],
-               table: list[int]) -> tuple[list[DataFrame], JoinStep, pa.Schema]:
+    def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
+               table: list[int]) -> tuple[list[str], list[tuple[str, str]], JoinStep, pa.Schema]:
         (left,) = inputs["left"]
         (right,) = inputs["right"]
         watermark = draft["watermark_us"]
-        routed = [self._side(left, LEFT, self.left_schema, watermark, table),
-                  self._side(right, RIGHT, self.right_schema, watermark, table)]
+        columns = [(PKEY, "int"), (BUCKET, "int"), (SIDE, "tinyint")]
+        columns += [(side_column(LEFT, name), kind) for name, kind in self.left_schema.items()]
+        columns += [(side_column(RIGHT, name), kind) for name, kind in self.right_schema.items()]
+        branches = [self._side(left, LEFT, self.left_schema, watermark, table, columns),
+                    self._side(right, RIGHT, self.right_schema, watermark, table, columns)]
         step = JoinStep(tuple(self.config.on), tuple(self.left_schema), tuple(self.right_schema), self.right_names,
                         tuple(self.task.schema), self.time_column, self.window_us, watermark)
-        return routed, step, arrow_schema(self.task.schema)
+        return branches, columns, step, arrow_schema(self.task.schema)
 
     def _advance(self, draft: dict[str, Any], reports: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         state = dict(draft)

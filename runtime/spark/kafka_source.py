@@ -17,7 +17,9 @@ creates the query, so a record produced after that is read);
 
 Writing (batch, and streaming): rows ``(topic string, value string)`` are
 produced as they are, each with headers ``sana.writer``, ``sana.run`` and
-``sana.batch`` so a consumer can recognize a replayed batch.
+``sana.batch`` so a consumer can recognize a replayed batch; the batch writer
+(a fragment's executor writes) adds ``sana.seq``, so a record is named as
+when the driver writes it.
 """
 
 from __future__ import annotations
@@ -244,8 +246,12 @@ class Written(WriterCommitMessage):
     records: int
 
 
-def produce_rows(bootstrap: str, batches: Iterator[pa.RecordBatch], headers: list[tuple[str, bytes]]) -> int:
-    """Produce ``(topic, value)`` rows; returns how many. Raises if the broker does not take them."""
+def produce_rows(bootstrap: str, batches: Iterator[pa.RecordBatch], headers: list[tuple[str, bytes]],
+                 seq_base: int | None = None) -> int:
+    """Produce ``(topic, value)`` rows; returns how many. Raises if the broker does not take them.
+
+    With ``seq_base`` every record also carries ``sana.seq`` = ``seq_base`` + its index here.
+    """
     from kafka.errors import KafkaError
 
     producer = _producer(bootstrap)
@@ -256,7 +262,8 @@ def produce_rows(bootstrap: str, batches: Iterator[pa.RecordBatch], headers: lis
             topics = batch.column("topic").to_pylist()
             values = batch.column("value").to_pylist()
             for topic, value in zip(topics, values):
-                futures.append(producer.send(topic, value=value.encode("utf-8"), headers=headers))
+                named = headers if seq_base is None else [*headers, ("sana.seq", str(seq_base + count).encode())]
+                futures.append(producer.send(topic, value=value.encode("utf-8"), headers=named))
                 count += 1
         producer.flush(timeout=60)
         for future in futures:
@@ -283,7 +290,15 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         self.options = dict(options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
-        return Written(produce_rows(self.options["bootstrap"], iterator, _headers(self.options, self.options.get("batch"))))
+        from pyspark import TaskContext
+
+        # A record's name (writer, batch, seq) must be the same when the batch is replayed: the
+        # output partition's index and the record's place in it are (the fragment's output is
+        # deterministic), so seq = partition << 32 | index.
+        context = TaskContext.get()
+        seq_base = (context.partitionId() << 32) if context else 0
+        return Written(produce_rows(self.options["bootstrap"], iterator, _headers(self.options, self.options.get("batch")),
+                                    seq_base))
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):

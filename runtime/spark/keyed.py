@@ -5,8 +5,8 @@ of a fixed number of logical workers: ``bucket = pmod(xxhash64(keys), BUCKETS)``
 and a routing table ``bucket -> worker`` that the runtime owns and may change
 between micro-batches (Reshape moves buckets; :meth:`Router.request`).
 
-The shuffle is Spark's own: ``repartition(workers, pkey)`` followed by
-``mapInArrow``. Spark's hash partitioning sends a row to partition
+The shuffle is Spark's own: ``REPARTITION(workers, pkey)`` followed by
+``mapInArrow`` (:func:`shuffle_sql`). Spark's hash partitioning sends a row to partition
 ``pmod(murmur3(pkey, 42), n)``; the partition key of worker i is an integer
 chosen so that this is exactly i (:func:`partition_keys`). So logical worker i
 is processed by Spark task i of the shuffle stage and no two workers ever
@@ -27,8 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
 
 DEFAULT_WORKERS = 8
 BUCKETS = 64
@@ -137,33 +135,41 @@ class Router:
         return {"table": table, "version": routing["version"] + (1 if changed else 0),
                 "requested": max(requested, routing.get("requested", 0))}
 
-    def column(self, keys: Sequence[str], table: Sequence[int]) -> tuple[Column, Column]:
-        """``(bucket, partition key)`` of each row as Spark columns (computed on the executors)."""
+    def columns(self, keys: Sequence[str], table: Sequence[int]) -> tuple[str, str]:
+        """``(bucket, partition key)`` of each row as Spark SQL expressions (evaluated on the executors).
+
+        SQL text, not Column objects: a 64-entry table built literal by literal
+        costs a py4j round trip per literal, hundreds per batch. The table is
+        one string literal, which Spark's optimizer folds into a constant.
+        """
         pkeys = partition_keys(self.workers)
-        if keys:
-            bucket = F.pmod(F.xxhash64(*[F.col(f"`{key}`") for key in keys]), F.lit(self.buckets)).cast("int")
-        else:
-            bucket = F.lit(0)
-        pkey = F.element_at(F.array(*[F.lit(pkeys[worker]) for worker in table]), bucket + 1)
-        return bucket.alias(BUCKET), pkey.cast("int").alias(PKEY)
+        hashed = f"xxhash64({', '.join(f'`{key}`' for key in keys)})" if keys else "0"
+        bucket = f"CAST(pmod({hashed}, {self.buckets}) AS INT)"
+        listed = ",".join(str(pkeys[worker]) for worker in table)  # one literal: an array of 64 analyzes 3x slower
+        pkey = f"CAST(element_at(split('{listed}', ','), {bucket} + 1) AS INT)"
+        return bucket, pkey
 
 
-def shuffle(session, frames: Sequence[DataFrame], pkeys: Sequence[int]) -> DataFrame:
-    """Union the routed frames and shuffle them so that worker i's rows form one Spark partition.
+def branch(columns: Sequence[tuple[str, str]], values: Mapping[str, str], source: str, where: str = "") -> str:
+    """``SELECT`` of every column of the shuffle's input from ``source``: ``values[name]`` or a typed NULL."""
+    exprs = [f"{values[name]} AS `{name}`" if name in values else f"CAST(NULL AS {kind}) AS `{name}`"
+             for name, kind in columns]
+    return f"SELECT {', '.join(exprs)} FROM {source}" + (f" WHERE {where}" if where else "")
 
-    Every worker also gets one marker row (bucket -1) carrying its partition
-    key: its task then knows which worker it is even when no record was
-    routed to it (a Spark task's partition id is not the worker's when the
-    shuffle's output feeds a union), and runs, so windows still close and
-    state versions are still written.
+
+def shuffle_sql(branches: Sequence[str], columns: Sequence[tuple[str, str]], pkeys: Sequence[int]) -> str:
+    """One statement: the routed ``branches`` and a marker row per worker, shuffled so that worker i is one partition.
+
+    Every worker gets one marker row (bucket -1) carrying its partition key:
+    its task then knows which worker it is even when no record was routed to
+    it (a Spark task's partition id is not the worker's when the shuffle's
+    output feeds a union), and runs, so windows still close and state
+    versions are still written. One SQL statement is analyzed once; the same
+    plan built with DataFrame calls costs an eager analysis per call.
     """
-    markers = session.range(len(pkeys)).select(
-        F.element_at(F.array(*[F.lit(key) for key in pkeys]), (F.col("id") + 1).cast("int")).cast("int").alias(PKEY),
-        F.lit(MARKER).cast("int").alias(BUCKET))
-    combined = frames[0]
-    for frame in [*frames[1:], markers]:
-        combined = combined.unionByName(frame, allowMissingColumns=True)
-    return combined.repartition(len(pkeys), F.col(PKEY))
+    keys = ", ".join(f"({key})" for key in pkeys)
+    markers = branch(columns, {PKEY: "CAST(pk AS INT)", BUCKET: str(MARKER)}, f"VALUES {keys} AS m(pk)")
+    return f"SELECT /*+ REPARTITION({len(pkeys)}, `{PKEY}`) */ * FROM ({' UNION ALL '.join([*branches, markers])})"
 
 
 @dataclass

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from runtime.exceptions import QueryFailed
 from runtime.plan import TaskSpec
-from runtime.spark.keyed import DEFAULT_WORKERS, Router, WorkerLoad, WorkerTask, partition_keys, shuffle
+from runtime.spark.keyed import DEFAULT_WORKERS, Router, WorkerLoad, WorkerTask, partition_keys, shuffle_sql
 from runtime.spark.worker_state import WorkerStateStore
 
 
@@ -60,16 +60,17 @@ class KeyedOperator:
 
     # -- one micro-batch ------------------------------------------------------------
 
-    def plan(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[DataFrame]],
+    def plan(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[str]],
              state: Mapping[str, Any], store: WorkerStateStore) -> tuple[DataFrame, dict[str, Any]]:
+        """The operator's output for this batch (lazy) and its driver state; ``inputs``: per port, SQL relations."""
         routing = self.router.next_table(state["routing"])
         draft = {**state, "routing": routing}
-        routed, step, output = self._route(session, inputs, draft, routing["table"])
+        branches, columns, step, output = self._route(session, inputs, draft, routing["table"])
         task = WorkerTask(store, self.task.id, batch_id, self.pkeys, tuple(state["routing"]["table"]),
                           tuple(routing["table"]), step, output)
-        frame = shuffle(session, routed, self.pkeys).mapInArrow(task, _ddl(output))
+        frame = session.sql(shuffle_sql(branches, columns, self.pkeys)).mapInArrow(task, _ddl(output))
         self._in_flight = (dict(state["routing"]), routing)
-        return self._finish_plan(frame, draft), draft
+        return self._finish_plan(session, frame, draft), draft
 
     def finish(self, batch_id: int, draft: dict[str, Any], store: WorkerStateStore) -> dict[str, Any]:
         reports = {worker: store.meta(self.task.id, worker, batch_id) or {} for worker in range(self.workers)}
@@ -129,12 +130,13 @@ class KeyedOperator:
 
     # -- what subclasses provide ------------------------------------------------------
 
-    def _route(self, session: SparkSession, inputs: Mapping[str, list[DataFrame]], draft: dict[str, Any],
-               table: list[int]) -> tuple[list[DataFrame], Any, pa.Schema]:
-        """The routed frames to shuffle, the worker step and the Arrow schema of the step's output."""
+    def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
+               table: list[int]) -> tuple[list[str], list[tuple[str, str]], Any, pa.Schema]:
+        """The routed ``SELECT`` branches, the shuffle's columns (name, Spark type), the worker step and
+        the Arrow schema of the step's output."""
         raise NotImplementedError
 
-    def _finish_plan(self, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
+    def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
         """The operator's output from the workers' output (by default: as it is)."""
         return frame
 

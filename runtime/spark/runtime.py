@@ -52,7 +52,7 @@ class SparkRuntime:
 
     def __init__(self, client: redis.Redis, prefix: str, bootstrap: str, spark_master: str, checkpoint_dir: Path,
                  *, trigger_s: float = 1.0, internal_partitions: int = 1, max_records_per_batch: int = 0,
-                 executor_writes: bool = False, hosting: bool = True, warm: bool = True) -> None:
+                 executor_writes: bool | None = None, hosting: bool = True, warm: bool = True) -> None:
         self.redis = client
         self.prefix = prefix
         self.bootstrap = bootstrap
@@ -61,7 +61,9 @@ class SparkRuntime:
         self.trigger_s = trigger_s
         self.max_records_per_batch = max_records_per_batch
         self.topics = Topics(bootstrap, internal_partitions)
-        self.executor_writes = executor_writes
+        # Local mode: the driver writes outputs (one producer; a Spark write job per batch costs 2-3x
+        # more on 2 cores). Any cluster master: the executors write, so no output row crosses the driver.
+        self.executor_writes = (not _local_master(spark_master)) if executor_writes is None else executor_writes
         self.hosting = hosting
         self._records_key = f"{prefix}:runtime:queries"
         self._counter_key = f"{prefix}:runtime:next-query"
@@ -400,3 +402,12 @@ class SparkRuntime:
             log.warning("restarted query %s from its checkpoint (restart %d)", query_id, query.restarts)
         except Exception as error:  # retried at the next pass, after the backoff
             self._degraded[query_id] = f"restart failed: {error}"
+
+
+def _local_master(master: str) -> bool:
+    """``local``, ``local[N]``, ``local[*]`` (one JVM); ``local-cluster[...]`` and real masters are not.
+
+    >>> _local_master("local[2]"), _local_master("local-cluster[2,1,1024]"), _local_master("spark://h:7077")
+    (True, False, False)
+    """
+    return master == "local" or master.startswith("local[")

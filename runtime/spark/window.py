@@ -24,27 +24,27 @@ the batch that moves the watermark past its end.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
 from runtime.operators.fields import duration_ms
 from runtime.operators.types import INTEGRAL
 from runtime.operators.window import WindowAggregateConfig, aggregate_call
 from runtime.plan import TaskSpec
 from runtime.spark.frames import arrow_type
-from runtime.spark.keyed import DEFAULT_WORKERS
+from runtime.spark.keyed import BUCKET, DEFAULT_WORKERS, PKEY, branch
 from runtime.spark.keyed_operator import KeyedOperator
 from runtime.spark.window_worker import END, START, TIMESTAMP, TS, WindowStep, part_input
 
 _DECIMAL_SUM = "decimal(38,{scale})"
 
 
-def _col(name: str) -> Column:
-    return F.col(f"`{name}`")
+def _col(name: str) -> str:
+    return f"`{name}`"
 
 
 class WindowAggregate(KeyedOperator):
@@ -59,8 +59,8 @@ class WindowAggregate(KeyedOperator):
         self.window_us = duration_ms(self.config.window) * 1000
         self.slide_us = duration_ms(self.config.slide) * 1000 if self.config.slide else self.window_us
         self.delay_us = duration_ms(self.config.watermark) * 1000
-        # (part, how it folds, its input as a Spark column, its Spark type); outputs: out -> (function, parts)
-        self.parts: list[tuple[str, str, Column, str]] = []
+        # (part, how it folds, its input as Spark SQL, its Spark type); outputs: out -> (function, parts)
+        self.parts: list[tuple[str, str, str, str]] = []
         self.outputs: dict[str, tuple[str, list[str]]] = {}
         for out, text in self.config.aggregates.items():
             function, column = aggregate_call(text)
@@ -68,10 +68,10 @@ class WindowAggregate(KeyedOperator):
             if function == "count":
                 parts = [(f"__agg_{out}__n", "sum", _indicator(column), "bigint")]
             elif function == "avg":
-                parts = [(f"__agg_{out}__s", "sum", _col(column).cast("double"), "double"),
+                parts = [(f"__agg_{out}__s", "sum", f"CAST({_col(column)} AS DOUBLE)", "double"),
                          (f"__agg_{out}__n", "sum", _indicator(column), "bigint")]
             elif function == "sum":
-                parts = [(f"__agg_{out}__sum", "sum", _col(column).cast(_sum_type(kind)), _sum_type(kind))]
+                parts = [(f"__agg_{out}__sum", "sum", f"CAST({_col(column)} AS {_sum_type(kind)})", _sum_type(kind))]
             else:
                 parts = [(f"__agg_{out}__{function}", function, _col(column), kind)]
             self.parts += parts
@@ -80,16 +80,16 @@ class WindowAggregate(KeyedOperator):
     def initial_state(self) -> dict[str, Any]:
         return {**super().initial_state(), "max_event_us": None}
 
-    def _route(self, session: SparkSession, inputs: Mapping[str, list[DataFrame]], draft: dict[str, Any],
-               table: list[int]) -> tuple[list[DataFrame], WindowStep, pa.Schema]:
-        (df,) = inputs["in"]
+    def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
+               table: list[int]) -> tuple[list[str], list[tuple[str, str]], WindowStep, pa.Schema]:
+        (source,) = inputs["in"]
         config = self.config
         ts = _col(config.time_column)
-        rows = df.where(ts.isNotNull())
+        condition = f"{ts} IS NOT NULL"
         watermark = draft["watermark_us"]
         if watermark is not None:  # no window of an older row is still open
-            rows = rows.where(ts > F.timestamp_micros(F.lit(watermark - self.window_us)))
-        batch_max = rows.agg(F.max(F.unix_micros(ts))).first()[0]
+            condition += f" AND {ts} > timestamp_micros({watermark - self.window_us})"
+        batch_max = session.sql(f"SELECT max(unix_micros({ts})) FROM ({source}) AS i WHERE {condition}").first()[0]
         max_event = draft["max_event_us"]
         if batch_max is not None:
             max_event = batch_max if max_event is None else max(max_event, batch_max)
@@ -98,31 +98,32 @@ class WindowAggregate(KeyedOperator):
             candidate = max_event - self.delay_us
             emit = candidate if watermark is None else max(watermark, candidate)
         draft.update(max_event_us=max_event, next_watermark_us=emit)
-        bucket, pkey = self.router.column(config.keys, table)
-        routed = rows.select(pkey, bucket, *[_col(key).alias(key) for key in config.keys], ts.alias(TS),
-                             *[column.alias(part_input(name)) for name, _, column, _ in self.parts])
+        bucket, pkey = self.router.columns(config.keys, table)
+        columns = [(PKEY, "int"), (BUCKET, "int"), *[(key, self.input_schema[key]) for key in config.keys],
+                   (TS, "timestamp"), *[(part_input(name), kind) for name, _, _, kind in self.parts]]
+        values = {PKEY: pkey, BUCKET: bucket, TS: ts, **{key: _col(key) for key in config.keys}}
+        values.update({part_input(name): column for name, _, column, _ in self.parts})
+        routed = branch(columns, values, f"({source}) AS i", condition)
         parts = tuple((name, how, arrow_type(kind)) for name, how, _, kind in self.parts)
         step = WindowStep(tuple(config.keys), self.window_us, self.slide_us, parts, watermark, emit)
         output = pa.schema([*[pa.field(key, arrow_type(self.input_schema[key])) for key in config.keys],
                             pa.field(START, TIMESTAMP), pa.field(END, TIMESTAMP),
                             *[pa.field(name, kind) for name, _, kind in parts]])
-        return [routed], step, output
+        return [routed], columns, step, output
 
-    def _finish_plan(self, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
+    def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
         """Merge the emitted partials of each (keys, window) across workers; compute the outputs."""
-        keys = list(self.config.keys)
-        merged = frame.groupBy(*keys, START, END).agg(*[getattr(F, how)(name).alias(name) for name, how, _, _ in self.parts])
+        view = "sana_emitted_" + re.sub(r"\W", "_", self.task.id)
+        frame.createOrReplaceTempView(view)  # one per operator, replaced every batch
+        keys = [_col(key) for key in self.config.keys]
         schema = self.task.schema
-        columns = [_col(key).alias(key) for key in keys]
-        columns += [F.col(START).alias("window_start"), F.col(END).alias("window_end")]
+        columns = [*keys, f"{START} AS window_start", f"{END} AS window_end"]
         for out, (function, parts) in self.outputs.items():
-            if function == "avg":
-                total, count = F.col(parts[0]), F.col(parts[1])
-                value = F.when(count > 0, total / count)
-            else:
-                value = F.col(parts[0])
-            columns.append(value.cast(schema[out]).alias(out))
-        return merged.select(*columns).sortWithinPartitions("window_start", *keys)
+            merged = [f"{how}({name})" for name, how, _, _ in self.parts if name in parts]
+            value = f"CASE WHEN {merged[1]} > 0 THEN {merged[0]} / {merged[1]} END" if function == "avg" else merged[0]
+            columns.append(f"CAST({value} AS {schema[out]}) AS {_col(out)}")
+        return session.sql(f"SELECT {', '.join(columns)} FROM {view} GROUP BY {', '.join([*keys, START, END])} "
+                           f"SORT BY window_start{''.join(f', {key}' for key in keys)}")
 
     def _advance(self, draft: dict[str, Any], reports: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         state = dict(draft)
@@ -130,11 +131,11 @@ class WindowAggregate(KeyedOperator):
         return state
 
 
-def _indicator(column: str | None) -> Column:
+def _indicator(column: str | None) -> str:
     """1 for a row that counts (every row for ``count(*)``, a non-null value for ``count(col)``), else 0."""
     if column is None:
-        return F.lit(1).cast("bigint")
-    return F.when(_col(column).isNull(), F.lit(0)).otherwise(F.lit(1)).cast("bigint")
+        return "CAST(1 AS BIGINT)"
+    return f"CAST(CASE WHEN {_col(column)} IS NULL THEN 0 ELSE 1 END AS BIGINT)"
 
 
 def _sum_type(kind: str | None) -> str:

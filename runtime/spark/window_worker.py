@@ -79,6 +79,9 @@ class WindowStep:
         return merged, emitted, report
 
     def _partials(self, rows: pa.Table) -> pa.Table | None:
+        # Spark's shuffle delivers rows in no fixed order; floating-point sums depend on it. Sorted,
+        # a replayed batch sums in the same order and emits the very same values.
+        rows = rows.sort_by([(name, "ascending") for name in rows.column_names])
         ts = pc.cast(rows.column(TS), pa.int64()).to_numpy(zero_copy_only=False)
         index, starts = window_starts(ts, self.window_us, self.slide_us)
         if self.watermark_us is not None:

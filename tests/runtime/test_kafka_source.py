@@ -80,3 +80,17 @@ def test_stream_writer_tags_records_with_batch_ids(kafka_bootstrap, topic_factor
     assert sorted(item.value["i"] for item in received) == list(range(100))
     assert {item.headers["sana.writer"] for item in received} == {"w1"}
     assert {item.headers["sana.batch"] for item in received} == {"0"}
+
+
+def test_batch_writer_names_every_record_by_partition_and_place(kafka_bootstrap, topic_factory):
+    """Executor writes (cluster masters) carry sana.seq like the driver's writes: stable across a replay."""
+    spark = spark_session(SPARK_MASTER)
+    sink = topic_factory("out")
+    rows = spark.range(0, 50, numPartitions=2).selectExpr(f"'{sink}' AS topic", "CAST(id AS STRING) AS value")
+    for _ in range(2):  # the second write is a replay of batch 7: same names
+        rows.write.format("sana_kafka").option("bootstrap", kafka_bootstrap).option("writer", "w2") \
+            .option("batch", "7").mode("append").save()
+    received = read_all(kafka_bootstrap, sink)
+    names = [(item.headers["sana.batch"], int(item.headers["sana.seq"]), item.value) for item in received]
+    assert len(names) == 100 and len(set(names)) == 50  # each record twice, under the same name
+    assert {seq >> 32 for _, seq, _ in names} == {0, 1}
