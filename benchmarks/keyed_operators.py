@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -288,10 +289,24 @@ def spawn(path: str, op: str, workers: int, master: str, bootstrap: str, topics:
     for key, value in extra.items():
         command += [f"--{key.replace('_', '-')}", str(value)]
     log(f"{path} {op} workers={workers} master={master} ...")
-    finished = subprocess.run(command, env=env, cwd=source, capture_output=True, text=True)
-    lines = [line for line in finished.stdout.splitlines() if line.startswith("{")]
-    if finished.returncode or not lines:
-        raise RuntimeError(f"run failed ({finished.returncode}):\n{finished.stderr[-4000:]}")
+    child = subprocess.Popen(command, env=env, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tail: list[str] = []
+
+    def relay() -> None:  # the child's status lines go on showing progress; Spark's log is kept for errors
+        for line in child.stderr:
+            if line.startswith("[keyed"):
+                print(f"  {line}", end="", file=sys.stderr, flush=True)
+            tail.append(line)
+            del tail[:-200]
+
+    relaying = threading.Thread(target=relay, daemon=True)
+    relaying.start()
+    stdout = child.stdout.read()
+    child.wait()
+    relaying.join()
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if child.returncode or not lines:
+        raise RuntimeError(f"run failed ({child.returncode}):\n{''.join(tail)[-4000:]}")
     result = json.loads(lines[-1])
     log(f"  {result['rows_per_s']:,} rows/s, batch p50 {result['batch_p50_ms']} ms, p99 {result['batch_p99_ms']} ms, "
         f"sink {result['sink_records']} records ({result['sink_digest']})")

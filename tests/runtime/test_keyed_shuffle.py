@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from runtime.spark.join import StreamJoin
+from runtime.spark.builders import ddl
 from runtime.spark.keyed import BUCKETS, partition_keys
 from runtime.spark.session import spark_session
 from runtime.spark.window import WindowAggregate
@@ -113,3 +116,48 @@ def test_moving_buckets_between_batches_changes_no_result(spark, tmp_path, make)
 
 def _inputs(driver: KeyedDriver, batch: int) -> dict[str, list[dict]]:
     return {port: readings(batch, 150, seed=index + 2) for index, port in enumerate(sorted(driver.schemas))}
+
+
+
+@contextmanager
+def rows_to_the_driver() -> Iterator[list[int]]:
+    """Count the rows every collect-like DataFrame call brings to the driver while the block runs."""
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    received: list[int] = []
+    originals = {name: getattr(DataFrame, name) for name in ("collect", "toArrow", "toPandas")}
+
+    def counting(original):
+        def call(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            received.append(result.num_rows if hasattr(result, "num_rows") else len(result))
+            return result
+        return call
+
+    for name, original in originals.items():
+        setattr(DataFrame, name, counting(original))
+    try:
+        yield received
+    finally:
+        for name, original in originals.items():
+            setattr(DataFrame, name, original)
+
+
+@pytest.mark.parametrize("make", [window_driver, join_driver], ids=["window_aggregate", "join"])
+def test_the_driver_receives_no_input_or_state_row(spark, tmp_path, make):
+    """Planning and finishing a batch bring one row to the driver (the window's largest event time) or none (join)."""
+    driver = make(spark, tmp_path)
+    allowed = 1 if driver.operator.kind == "window_aggregate" else 0
+    for batch in range(3):
+        frames = {}
+        for port, rows in _inputs(driver, batch).items():
+            view = f"no_rows_{port}"
+            spark.createDataFrame(rows, ddl(driver.schemas[port])).createOrReplaceTempView(view)
+            frames[port] = [f"SELECT * FROM {view}"]
+        with rows_to_the_driver() as received:
+            output, draft = driver.operator.plan(spark, batch, frames, driver.state, driver.store)
+        output.toArrow()  # collected here only to run the batch (a fragment writes it, on the executors in a cluster)
+        with rows_to_the_driver() as after:
+            driver.state = driver.operator.finish(batch, draft, driver.store)
+        assert sum(received) == allowed and sum(after) == 0, (received, after)
+        assert sum(driver.operator.load.last) > 0
