@@ -275,7 +275,7 @@ class FragmentQuery:
             return name
 
         stateful = bool(keyed) or bool(plan.reads)
-        keyed_consumers = {parent for task in plan.tasks if task.id in keyed for _, parent in task.inputs}
+        feeds_keyed = {parent for task in plan.tasks if task.id in keyed for _, parent in task.inputs}
         planned_keyed: dict[str, dict[str, Any]] = {}
         try:
             states = self._load_states(batch_id) if stateful else {}
@@ -298,10 +298,10 @@ class FragmentQuery:
                 if operator is None:
                     define(task.id, spec.builder["spark_sql"](task, inputs))
                     continue
-                frames = {port: [_with(ctes, f"SELECT * FROM {name}") for name in sources] for port, sources in inputs.items()}
+                relations = {port: [_with(ctes, f"SELECT * FROM {name}") for name in sources] for port, sources in inputs.items()}
                 state = states.get(task.id) or operator.initial_state()
-                output, planned_keyed[task.id] = operator.plan(session, batch_id, frames, state, self._worker_store)
-                if consumers.get(task.id, 0) > 1 or task.id in keyed_consumers:  # run the shuffle once per batch
+                output, planned_keyed[task.id] = operator.plan(session, batch_id, relations, state, self._worker_store)
+                if consumers.get(task.id, 0) > 1 or task.id in feeds_keyed:  # run the shuffle once per batch
                     output = output.persist()
                     cached.append(output)
                 view = f"{token}_k{len(views)}"

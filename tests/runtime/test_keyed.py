@@ -10,7 +10,8 @@ runtime/spark/window.py and runtime/spark/join.py.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
+from collections import Counter, defaultdict
 
 import pytest
 
@@ -142,3 +143,40 @@ def test_window_aggregate_and_join_are_exact_with_late_data(manager_factory, kaf
     (fragment,) = metrics["fragments"].values()
     workers = fragment["keyed_operators"][manager.state.dataflows["df-1"].tasks["tumbling"]]["workers"]
     assert sum(workers["total_rows"]) > 0 and len(workers["total_rows"]) == 8
+
+
+def test_a_window_over_a_join_in_one_query_is_exact(manager_factory, kafka_bootstrap, topic_factory):
+    """Two keyed operators chained in one query: the join's shuffle runs once per batch, the window reads it."""
+    manager = manager_factory(trigger_s=0.5)
+    left_topic, right_topic = topic_factory("left"), topic_factory("right")
+    sink = f"{left_topic}-chained"
+    flow = {
+        "name": "chained",
+        "tasks": [
+            source("left", left_topic, dict(URBAN)), source("right", right_topic, dict(URBAN)),
+            task("pairs", "join", on=["sensor"], window=f"{BOUND} seconds"),
+            task("per_window", "window_aggregate", keys=["sensor"], time_column="ts", window=f"{WINDOW} seconds",
+                 watermark=f"{DELAY} seconds", aggregates={"n": "count(*)", "hi": "max(right_temp)"}),
+            task("out", "sink", topic=sink),
+        ],
+        "streams": [stream("left", "pairs", "left"), stream("right", "pairs", "right"),
+                    stream("pairs", "per_window"), stream("per_window", "out")],
+    }
+    manager.submit(flow)
+    phases = [(left_phase(range(0, 30)), right_phase(range(0, 30))), (left_phase(range(40, 52)), right_phase(range(40, 52)))]
+    check = lambda: raise_dead_queries(manager)  # noqa: E731
+    per_phase, seen = [], Counter()
+    for number, (left, right) in enumerate(phases, start=1):
+        produce(kafka_bootstrap, left_topic, left)
+        produce(kafka_bootstrap, right_topic, right)
+        pairs = Counter(json.dumps(pair, sort_keys=True) for pair in join_reference(phases[:number], BOUND, DELAY))
+        per_phase.append([json.loads(text) for text in (pairs - seen).elements()])
+        seen = pairs
+        windows = window_reference(per_phase, WINDOW, None, DELAY, {"n": len})
+        wait_for(lambda: len(read_all(kafka_bootstrap, sink)) >= len(windows), 90, f"windows of phase {number}", check)
+    received = values(read_all(kafka_bootstrap, sink))
+    expected = window_reference(per_phase, WINDOW, None, DELAY, {"n": len, "hi": lambda _: None})
+    assert received and Counter((r["sensor"], r["window_start"], r["n"]) for r in received) == Counter(
+        (r["sensor"], r["window_start"], r["n"]) for r in expected)
+    (query,) = manager.runtime.queries.values()
+    assert set(query.keyed) == {manager.state.dataflows["df-1"].tasks[name] for name in ("pairs", "per_window")}
