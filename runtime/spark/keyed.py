@@ -132,8 +132,8 @@ class Router:
         for bucket, worker in pending.items():
             table[bucket] = worker
         changed = table != list(routing["table"])
-        return {"table": table, "version": routing["version"] + (1 if changed else 0),
-                "requested": max(requested, routing.get("requested", 0))}
+        # "requested": the newest request (of this process) the batch includes, for wait_moved
+        return {"table": table, "version": routing["version"] + (1 if changed else 0), "requested": requested}
 
     def columns(self, keys: Sequence[str], table: Sequence[int]) -> tuple[str, str]:
         """``(bucket, partition key)`` of each row as Spark SQL expressions (evaluated on the executors).
