@@ -21,13 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from runtime.operators.fields import duration_ms
 from runtime.operators.join import RIGHT_PREFIX, JoinConfig, join_time_column
 from runtime.plan import TaskSpec
-from runtime.spark.frames import arrow_schema
 from runtime.spark.join_worker import LEFT, RIGHT, JoinStep, side_column
 from runtime.spark.keyed import BUCKET, DEFAULT_WORKERS, PKEY, SIDE, branch
 from runtime.spark.keyed_operator import KeyedOperator
@@ -69,7 +67,7 @@ class StreamJoin(KeyedOperator):
         return branch(columns, values, f"({source}) AS i", " AND ".join(conditions))
 
     def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
-               table: list[int]) -> tuple[list[str], list[tuple[str, str]], JoinStep, pa.Schema]:
+               table: list[int]) -> tuple[list[str], list[tuple[str, str]], JoinStep, dict[str, str]]:
         (left,) = inputs["left"]
         (right,) = inputs["right"]
         watermark = draft["watermark_us"]
@@ -80,7 +78,7 @@ class StreamJoin(KeyedOperator):
                     self._side(right, RIGHT, self.right_schema, watermark, table, columns)]
         step = JoinStep(tuple(self.config.on), tuple(self.left_schema), tuple(self.right_schema), self.right_names,
                         tuple(self.task.schema), self.time_column, self.window_us, watermark)
-        return branches, columns, step, arrow_schema(self.task.schema)
+        return branches, columns, step, dict(self.task.schema)
 
     def _advance(self, draft: dict[str, Any], reports: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         state = dict(draft)

@@ -24,11 +24,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from runtime.exceptions import QueryFailed
 from runtime.plan import TaskSpec
+from runtime.operators.types import Schema
+from runtime.spark.builders import ddl
+from runtime.spark.frames import arrow_schema
 from runtime.spark.keyed import DEFAULT_WORKERS, Router, WorkerLoad, WorkerTask, partition_keys, shuffle_sql
 from runtime.spark.worker_state import WorkerStateStore
 
@@ -67,8 +69,8 @@ class KeyedOperator:
         draft = {**state, "routing": routing}
         branches, columns, step, output = self._route(session, inputs, draft, routing["table"])
         task = WorkerTask(store, self.task.id, batch_id, self.pkeys, tuple(state["routing"]["table"]),
-                          tuple(routing["table"]), step, output)
-        frame = session.sql(shuffle_sql(branches, columns, self.pkeys)).mapInArrow(task, _ddl(output))
+                          tuple(routing["table"]), step, arrow_schema(output))
+        frame = session.sql(shuffle_sql(branches, columns, self.pkeys)).mapInArrow(task, ddl(output))
         self._in_flight = (dict(state["routing"]), routing)
         return self._finish_plan(session, frame, draft), draft
 
@@ -131,9 +133,9 @@ class KeyedOperator:
     # -- what subclasses provide ------------------------------------------------------
 
     def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
-               table: list[int]) -> tuple[list[str], list[tuple[str, str]], Any, pa.Schema]:
+               table: list[int]) -> tuple[list[str], list[tuple[str, str]], Any, Schema]:
         """The routed ``SELECT`` branches, the shuffle's columns (name, Spark type), the worker step and
-        the Arrow schema of the step's output."""
+        the schema of the step's output (column -> Spark type)."""
         raise NotImplementedError
 
     def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
@@ -143,19 +145,3 @@ class KeyedOperator:
     def _advance(self, draft: dict[str, Any], reports: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         """The driver state after the batch, given the workers' reports."""
         return dict(draft)
-
-
-_SPARK_TYPES = {
-    pa.string(): "string", pa.bool_(): "boolean", pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int",
-    pa.int64(): "bigint", pa.float32(): "float", pa.float64(): "double", pa.date32(): "date",
-    pa.timestamp("us", tz="UTC"): "timestamp",
-}
-
-
-def _ddl(schema: pa.Schema) -> str:
-    def kind(field: pa.Field) -> str:
-        if pa.types.is_decimal(field.type):
-            return f"decimal({field.type.precision},{field.type.scale})"
-        return _SPARK_TYPES[field.type]
-
-    return ", ".join(f"`{field.name}` {kind(field)}" for field in schema)

@@ -28,7 +28,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from runtime.operators.fields import duration_ms
@@ -38,7 +37,7 @@ from runtime.plan import TaskSpec
 from runtime.spark.frames import arrow_type
 from runtime.spark.keyed import BUCKET, DEFAULT_WORKERS, PKEY, branch
 from runtime.spark.keyed_operator import KeyedOperator
-from runtime.spark.window_worker import END, START, TIMESTAMP, TS, WindowStep, part_input
+from runtime.spark.window_worker import END, START, TS, WindowStep, part_input
 
 _DECIMAL_SUM = "decimal(38,{scale})"
 
@@ -81,7 +80,7 @@ class WindowAggregate(KeyedOperator):
         return {**super().initial_state(), "max_event_us": None}
 
     def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
-               table: list[int]) -> tuple[list[str], list[tuple[str, str]], WindowStep, pa.Schema]:
+               table: list[int]) -> tuple[list[str], list[tuple[str, str]], WindowStep, dict[str, str]]:
         (source,) = inputs["in"]
         config = self.config
         ts = _col(config.time_column)
@@ -106,9 +105,8 @@ class WindowAggregate(KeyedOperator):
         routed = branch(columns, values, f"({source}) AS i", condition)
         parts = tuple((name, how, arrow_type(kind)) for name, how, _, kind in self.parts)
         step = WindowStep(tuple(config.keys), self.window_us, self.slide_us, parts, watermark, emit)
-        output = pa.schema([*[pa.field(key, arrow_type(self.input_schema[key])) for key in config.keys],
-                            pa.field(START, TIMESTAMP), pa.field(END, TIMESTAMP),
-                            *[pa.field(name, kind) for name, _, kind in parts]])
+        output = {**{key: self.input_schema[key] for key in config.keys}, START: "timestamp", END: "timestamp",
+                  **{name: kind for name, _, _, kind in self.parts}}
         return [routed], columns, step, output
 
     def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
