@@ -34,10 +34,16 @@ def build_services(settings: Settings) -> Services:
     if settings.dry_run:
         runtime = DryRunRuntime(client, settings.state_prefix)
     else:
+        from runtime.spark.reshape import ReshapeSettings
         from runtime.spark.runtime import SparkRuntime  # imports pyspark: only when Spark runs
 
+        reshape = ReshapeSettings(
+            enabled=settings.reshape_enabled, split=settings.reshape_split, eta=settings.reshape_eta,
+            tau_min=settings.reshape_tau_min, tau_max=settings.reshape_tau_max, max_helpers=settings.reshape_max_helpers,
+        )
         runtime = SparkRuntime(client, settings.state_prefix, settings.effective_kafka_bootstrap,
-                               settings.spark_master, settings.checkpoint_dir)
+                               settings.spark_master, settings.checkpoint_dir,
+                               keyed_workers=settings.keyed_workers, reshape=reshape)
     manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config)
     kafka = None if settings.dry_run else KafkaProbe(settings.effective_kafka_bootstrap)
     return Services(settings, client, manager, kafka, note)

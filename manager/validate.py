@@ -20,6 +20,7 @@ from manager.model import Dataflow, Stream, Task
 from manager.signature import signatures
 from runtime.exceptions import OperatorConfigInvalid, OperatorUnknown
 from runtime.operators import OperatorSpec, get_operator
+from runtime.operators.keyed import tidy_runtime_keys, without_runtime_keys
 from runtime.operators.types import Schema
 
 
@@ -56,13 +57,14 @@ def parse_dataflow(body: bytes | str | dict[str, Any]) -> Dataflow:
     configs = {task.id: _config(task.id, specs[task.id], task.config) for task in document.tasks}
     schemas = _propagate(order, specs, configs, parents)
     canonical = {task_id: config.model_dump(mode="json", by_alias=True) for task_id, config in configs.items()}
+    canonical = {task_id: tidy_runtime_keys(config) if specs[task_id].keyed else config for task_id, config in canonical.items()}
     task_values = {
         task.id: Task(id=task.id, type=task.type, config=canonical[task.id], site=task.site) for task in document.tasks
     }
     sigs = signatures(
         order,
         {task_id: task.type for task_id, task in task_values.items()},
-        canonical,
+        {task_id: without_runtime_keys(config) if specs[task_id].keyed else config for task_id, config in canonical.items()},
         {task_id: task.site for task_id, task in task_values.items()},
         {task_id: [(port, parent) for port, parent in pairs] for task_id, pairs in parents.items()},
     )

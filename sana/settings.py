@@ -10,7 +10,9 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 EMBEDDED_KAFKA_HOST = "127.0.0.1"
@@ -51,6 +53,28 @@ class Settings(BaseSettings):
     checkpoint_dir: Path = Field(
         Path(".sana/checkpoints"), description="Where Spark queries keep their checkpoints."
     )
+
+    keyed_workers: int = Field(
+        8, ge=1, le=64, description="Logical workers of every keyed operator (window_aggregate, join) unless its config sets `workers`."
+    )
+    reshape_enabled: bool = Field(True, description="Reshape: detect and mitigate skew in every keyed shuffle (docs/skew.md).")
+    reshape_split: Literal["records", "keys"] = Field(
+        "records", description="How Reshape shares a skewed worker's load: `records` (a key's records spread) or `keys` (whole buckets move)."
+    )
+    reshape_eta: float = Field(
+        1.5, gt=1.0, le=64.0, description="Reshape's skew threshold: a worker is skewed at this multiple of its fair share of a batch."
+    )
+    reshape_tau_min: float = Field(0.1, gt=0.0, le=64.0, description="Lowest load gap (in fair shares) Reshape's adaptive tau may take.")
+    reshape_tau_max: float = Field(0.5, gt=0.0, le=64.0, description="Highest load gap (in fair shares) Reshape's adaptive tau may take.")
+    reshape_max_helpers: int = Field(3, ge=1, le=63, description="Most helpers Reshape gives one skewed worker.")
+
+    @model_validator(mode="after")
+    def _tau_range(self) -> "Settings":
+        if self.reshape_tau_min > self.reshape_tau_max:
+            raise ValueError(
+                f"SANA_RESHAPE_TAU_MIN={self.reshape_tau_min} is above SANA_RESHAPE_TAU_MAX={self.reshape_tau_max}"
+            )
+        return self
 
     @field_validator("state_prefix")
     @classmethod

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pydantic import field_validator
 
-from runtime.operators.base import OperatorConfig, OperatorSpec, Port, field_problem, register
+from runtime.operators.base import OperatorSpec, Port, field_problem, register
 from runtime.operators.fields import Duration, Identifier
+from runtime.operators.keyed import KeyedOptions
 from runtime.operators.types import Schema
 
 RIGHT_PREFIX = "right_"
 
 
-class JoinConfig(OperatorConfig):
-    """``{on, window?, time_column?, watermark?}``.
+class JoinConfig(KeyedOptions):
+    """``{on, window?, time_column?, watermark?, workers?, reshape?}``.
 
     Rows of ``left`` and ``right`` with equal ``on`` columns join. With
     ``window``, their ``time_column`` values must lie within ``window`` of each

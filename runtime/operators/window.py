@@ -5,8 +5,9 @@ from __future__ import annotations
 from pydantic import field_validator, model_validator
 from sqlglot import exp
 
-from runtime.operators.base import OperatorConfig, OperatorSpec, Port, field_problem, register
+from runtime.operators.base import OperatorSpec, Port, field_problem, register
 from runtime.operators.fields import Duration, Identifier, SqlText, duration_ms
+from runtime.operators.keyed import KeyedOptions
 from runtime.operators.sql import SqlProblem, parse_expression, referenced_columns
 from runtime.operators.types import INTEGRAL, Schema, is_numeric
 
@@ -14,8 +15,8 @@ WINDOW_COLUMNS = ("window_start", "window_end")
 AGGREGATES = ("count", "sum", "avg", "min", "max")
 
 
-class WindowAggregateConfig(OperatorConfig):
-    """``{keys, time_column, window, slide?, aggregates, watermark}``.
+class WindowAggregateConfig(KeyedOptions):
+    """``{keys, time_column, window, slide?, aggregates, watermark, workers?, reshape?}``.
 
     Rows are grouped by ``keys`` and the event-time window of ``time_column``;
     each window's row carries ``window_start``, ``window_end``, the keys and the

@@ -130,3 +130,39 @@ def test_two_sinks_writing_one_topic_differently(client):
     response = client.post("/dataflows", json=document)
     assert response.status_code == 422
     assert "'out' and 'out2' both write topic 't'" in response.json()["detail"]
+
+
+def _keyed_flow(join_config: dict, sink: str = "joined-keyed") -> dict:
+    return {
+        "name": "keyed-knobs",
+        "tasks": [
+            source("a", "left-topic", {"k": "string", "x": "double", "ts": "timestamp"}),
+            source("b", "right-topic", {"k": "string", "y": "double", "ts": "timestamp"}),
+            task("j", "join", on=["k"], window="10 seconds", **join_config),
+            task("out", "sink", topic=sink),
+        ],
+        "streams": [stream("a", "j", "left"), stream("b", "j", "right"), stream("j", "out")],
+    }
+
+
+@pytest.mark.parametrize(("knobs", "named"), [
+    ({"workers": 0}, "config.workers"),
+    ({"workers": 65}, "config.workers"),
+    ({"reshape": {"eta": 0.5}}, "config.reshape.eta"),
+    ({"reshape": {"split": "halves"}}, "config.reshape.split"),
+    ({"reshape": {"tau_min": 0.9, "tau_max": 0.5}}, "tau_min 0.9 is above tau_max 0.5"),
+    ({"reshape": {"helpers": 2}}, "config.reshape.helpers"),
+])
+def test_keyed_knobs_are_checked_and_name_the_field(client, knobs, named):
+    response = client.post("/dataflows", json=_keyed_flow(knobs))
+    assert response.status_code == 422, response.text
+    assert response.json()["code"] == "OPERATOR_CONFIG_INVALID"
+    assert "task 'j' (join)" in response.json()["detail"] and named in response.json()["detail"]
+    assert client.get("/stats").json()["running_tasks"] == 0
+
+
+def test_keyed_knobs_do_not_change_what_is_shared(client):
+    first = client.post("/dataflows", json=_keyed_flow({"workers": 4, "reshape": {"eta": 2.0}}, "out-1"))
+    second = client.post("/dataflows", json=_keyed_flow({}, "out-2"))
+    assert first.status_code == second.status_code == 201
+    assert sorted(second.json()["reused"]) == ["a", "b", "j"]  # the knobs tune how the join runs, not what it computes

@@ -93,6 +93,12 @@ def test_manager_env_carries_every_sana_setting(scenario):
     assert plain["SANA_API_PORT"] == str(values["api"]["port"])
     assert plain["SANA_CHECKPOINT_DIR"] == values["checkpoints"]["dir"]
     assert plain["SANA_RUN_DIR"] == values["runDir"]
+    reshape = values["keyed"]["reshape"]
+    assert plain["SANA_KEYED_WORKERS"] == str(values["keyed"]["workers"])
+    assert plain["SANA_RESHAPE_ENABLED"] == ("1" if reshape["enabled"] else "0")
+    assert (plain["SANA_RESHAPE_SPLIT"], plain["SANA_RESHAPE_ETA"]) == (reshape["split"], str(reshape["eta"]))
+    assert (plain["SANA_RESHAPE_TAU_MIN"], plain["SANA_RESHAPE_TAU_MAX"]) == (str(reshape["tauMin"]), str(reshape["tauMax"]))
+    assert plain["SANA_RESHAPE_MAX_HELPERS"] == str(reshape["maxHelpers"])
     assert env["SANA_REDIS_URL"]["valueFrom"]["secretKeyRef"]["name"]
     if "SANA_WAN_CONFIG" in expected:
         assert plain["SANA_WAN_CONFIG"] == WAN_CONFIG_PATH
