@@ -211,9 +211,10 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _timed(base, workers: int, sink: list[list[float]], task, ports):
+def _timed(base, workers: int, sink: list[list[float]], task, ports, **defaults):
     """The operator with ``workers`` logical workers; on the executor path, each batch's task times are kept."""
-    operator = base(task, ports, workers)
+    extra = {"reshape": defaults["reshape"]} if defaults.get("reshape") else {}  # the old path takes none
+    operator = base(task, ports, workers, **extra)
     finish = getattr(operator, "finish", None)
     if finish is not None:
         def timed_finish(*args, **kwargs):

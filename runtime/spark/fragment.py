@@ -88,8 +88,11 @@ class FragmentQuery:
 
     def __init__(self, spark: SparkSession, query_id: str, inputs: Mapping[str, Mapping[str, int]],
                  bootstrap: str, checkpoint: Path, trigger_s: float, fragments: set[str] | None = None,
-                 max_records_per_batch: int = 0, producer: BatchProducer | None = None) -> None:
+                 max_records_per_batch: int = 0, producer: BatchProducer | None = None,
+                 keyed_defaults: Mapping[str, Any] | None = None) -> None:
+        """``keyed_defaults``: keyword arguments of every keyed operator (``workers``, ``reshape``)."""
         self.spark = spark
+        self.keyed_defaults = dict(keyed_defaults or {})
         self.id = query_id
         self.inputs = {topic: dict(parts) for topic, parts in inputs.items()}
         self.bootstrap = bootstrap
@@ -206,7 +209,7 @@ class FragmentQuery:
             operator = self.keyed.get(task.id)
             if operator is None:
                 ports = {port.name: [plan.schemas[parent] for p, parent in task.inputs if p == port.name] for port in spec.ports}
-                operator = factory(task, ports)
+                operator = factory(task, ports, **self.keyed_defaults)
             keyed[task.id] = operator
         with self._cond:
             self._retired |= set(self.keyed) - set(keyed)

@@ -27,17 +27,20 @@ from runtime.operators.fields import duration_ms
 from runtime.operators.join import RIGHT_PREFIX, JoinConfig, join_time_column
 from runtime.plan import TaskSpec
 from runtime.spark.join_worker import LEFT, RIGHT, JoinStep, side_column
-from runtime.spark.keyed import BUCKET, DEFAULT_WORKERS, PKEY, SIDE, branch
+from runtime.spark.keyed import BUCKET, PKEY, SIDE, branch
 from runtime.spark.keyed_operator import KeyedOperator
+from runtime.spark.reshape import ReshapeSettings
 
 
 class StreamJoin(KeyedOperator):
     """One running ``join`` task."""
 
     kind = "join"
+    sides = 2
 
-    def __init__(self, task: TaskSpec, input_schemas: Mapping[str, list[dict[str, str]]], workers: int = DEFAULT_WORKERS):
-        super().__init__(task, workers)
+    def __init__(self, task: TaskSpec, input_schemas: Mapping[str, list[dict[str, str]]], workers: int | None = None,
+                 reshape: ReshapeSettings | None = None):
+        super().__init__(task, workers, reshape)
         self.config = JoinConfig.model_validate(task.config)
         (self.left_schema,) = input_schemas["left"]
         (self.right_schema,) = input_schemas["right"]
@@ -55,27 +58,27 @@ class StreamJoin(KeyedOperator):
         return {**super().initial_state(), "max_left_us": None, "max_right_us": None}
 
     def _side(self, source: str, side: int, schema: Mapping[str, str], watermark: int | None,
-              table: list[int], columns: list[tuple[str, str]]) -> str:
+              routing: dict[str, Any], columns: list[tuple[str, str]]) -> str:
         conditions = [f"`{key}` IS NOT NULL" for key in self.config.on]
         if self.window_us is not None:
             conditions.append(f"`{self.time_column}` IS NOT NULL")
             if watermark is not None:
                 conditions.append(f"`{self.time_column}` >= timestamp_micros({watermark})")
-        bucket, pkey = self.router.columns(self.config.on, table)
+        bucket, pkey = self.router.columns(self.config.on, routing, [f"`{name}`" for name in schema], side)
         values = {PKEY: pkey, BUCKET: bucket, SIDE: f"CAST({side} AS TINYINT)"}
         values.update({side_column(side, name): f"`{name}`" for name in schema})
         return branch(columns, values, f"({source}) AS i", " AND ".join(conditions))
 
     def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
-               table: list[int]) -> tuple[list[str], list[tuple[str, str]], JoinStep, dict[str, str]]:
+               routing: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], JoinStep, dict[str, str]]:
         (left,) = inputs["left"]
         (right,) = inputs["right"]
         watermark = draft["watermark_us"]
         columns = [(PKEY, "int"), (BUCKET, "int"), (SIDE, "tinyint")]
         columns += [(side_column(LEFT, name), kind) for name, kind in self.left_schema.items()]
         columns += [(side_column(RIGHT, name), kind) for name, kind in self.right_schema.items()]
-        branches = [self._side(left, LEFT, self.left_schema, watermark, table, columns),
-                    self._side(right, RIGHT, self.right_schema, watermark, table, columns)]
+        branches = [self._side(left, LEFT, self.left_schema, watermark, routing, columns),
+                    self._side(right, RIGHT, self.right_schema, watermark, routing, columns)]
         step = JoinStep(tuple(self.config.on), tuple(self.left_schema), tuple(self.right_schema), self.right_names,
                         tuple(self.task.schema), self.time_column, self.window_us, watermark)
         return branches, columns, step, dict(self.task.schema)

@@ -36,6 +36,8 @@ MARKER = -1  # the bucket of the one marker row each worker gets in every shuffl
 SIDE = "__sana_side"
 EWMA_ALPHA = 0.3
 HASH_SEED = 42  # Spark's HashPartitioning hashes with Murmur3Hash(seed 42)
+SLICES = 10_000  # a split record's slice: pmod(xxhash64(record, SLICE_SEED), SLICES)
+SLICE_SEED = 7919  # hashed with the record so that its slice does not follow its bucket
 
 _M32 = 0xFFFFFFFF
 
@@ -93,23 +95,74 @@ def moved_buckets(old: Sequence[int], new: Sequence[int]) -> dict[int, tuple[int
     return {bucket: (before, after) for bucket, (before, after) in enumerate(zip(old, new)) if before != after}
 
 
+@dataclass(frozen=True)
+class Split:
+    """Worker ``worker``'s records (of ``side``, or all for a window) split by record slice over its helpers.
+
+    ``helpers``: ``(helper, first slice, end slice)``; a record of the skewed
+    worker's buckets whose slice ``pmod(xxhash64(record), SLICES)`` falls in a
+    helper's range goes to that helper, any other stays. For a join, the
+    other side's records of those buckets go to the worker and every helper.
+    """
+
+    worker: int
+    side: int | None
+    helpers: tuple[tuple[int, int, int], ...]
+
+    @classmethod
+    def of(cls, value: Mapping[str, Any]) -> "Split":
+        return cls(int(value["worker"]), None if value.get("side") is None else int(value["side"]),
+                   tuple((int(h), int(lo), int(hi)) for h, lo, hi in value["helpers"]))
+
+    @property
+    def helper_workers(self) -> tuple[int, ...]:
+        return tuple(helper for helper, _, _ in self.helpers)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The routing of one batch: the table ``bucket -> worker`` and the splits in force."""
+
+    table: tuple[int, ...]
+    splits: tuple[Split, ...] = ()
+
+    @classmethod
+    def of(cls, value: Mapping[str, Any]) -> "Routing":
+        return cls(tuple(int(worker) for worker in value["table"]), tuple(Split.of(split) for split in value.get("splits") or ()))
+
+    def helping(self, helper: int) -> dict[int, int | None]:
+        """``{skewed worker: split side}`` of every split ``helper`` helps in."""
+        return {split.worker: split.side for split in self.splits if helper in split.helper_workers}
+
+    def split_of(self, worker: int) -> Split | None:
+        return next((split for split in self.splits if split.worker == worker), None)
+
+    def involved(self) -> set[int]:
+        """Workers that are split or help one."""
+        return {worker for split in self.splits for worker in (split.worker, *split.helper_workers)}
+
+
 @dataclass
 class Router:
-    """The routing table of one keyed operator and the moves requested for the next micro-batch.
+    """The routing of one keyed operator and the changes requested for the next micro-batch.
 
-    The table in force is part of the operator's versioned state (a replayed
-    batch routes as it did the first time); requests made between batches
-    are applied by the next batch, which moves the buckets' state with them.
+    The routing in force is part of the operator's versioned state (a
+    replayed batch routes as it did the first time); bucket moves (manual, or
+    Reshape splitting by keys) and splits (Reshape splitting by records)
+    requested between batches are applied by the next batch, which moves the
+    state with them.
     """
 
     workers: int = DEFAULT_WORKERS
     buckets: int = BUCKETS
     _pending: dict[int, int] = field(default_factory=dict, repr=False)
+    _splits: list[dict[str, Any]] | None = field(default=None, repr=False)
     _requested: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def initial(self) -> dict[str, Any]:
-        return {"table": list(default_table(self.workers, self.buckets)), "version": 0, "requested": 0}
+        return {"table": list(default_table(self.workers, self.buckets)), "version": 0, "requested": 0, "splits": [],
+                "workers": self.workers}
 
     def request(self, moves: Mapping[int, int]) -> int:
         """Ask for ``{bucket: worker}`` from the next micro-batch on; returns the request number."""
@@ -123,31 +176,66 @@ class Router:
             self._requested += 1
             return self._requested
 
+    def request_splits(self, splits: list[dict[str, Any]]) -> None:
+        """Make ``splits`` the ones in force from the next micro-batch on."""
+        with self._lock:
+            self._splits = [dict(split) for split in splits]
+
     def next_table(self, routing: Mapping[str, Any]) -> dict[str, Any]:
         """The routing for the batch about to run: the saved one with the pending requests applied."""
         with self._lock:
-            pending, requested = dict(self._pending), self._requested
+            pending, requested, splits = dict(self._pending), self._requested, self._splits
             self._pending.clear()
+            self._splits = None
         table = list(routing["table"])
         for bucket, worker in pending.items():
             table[bucket] = worker
-        changed = table != list(routing["table"])
+        old_splits = list(routing.get("splits") or [])
+        new_splits = old_splits if splits is None else splits
+        changed = table != list(routing["table"]) or new_splits != old_splits
         # "requested": the newest request (of this process) the batch includes, for wait_moved
-        return {"table": table, "version": routing["version"] + (1 if changed else 0), "requested": requested}
+        return {"table": table, "version": routing["version"] + (1 if changed else 0), "requested": requested,
+                "splits": new_splits, "workers": routing.get("workers", self.workers)}
 
-    def columns(self, keys: Sequence[str], table: Sequence[int]) -> tuple[str, str]:
+    def columns(self, keys: Sequence[str], routing: Mapping[str, Any], record: Sequence[str] = (),
+                side: int | None = None) -> tuple[str, str]:
         """``(bucket, partition key)`` of each row as Spark SQL expressions (evaluated on the executors).
 
         SQL text, not Column objects: a 64-entry table built literal by literal
         costs a py4j round trip per literal, hundreds per batch. The table is
         one string literal, which Spark's optimizer folds into a constant.
+        ``record``: SQL of the columns whose hash picks a split record's
+        worker; ``side``: the join side the rows are (None for a window).
+        With a split whose other side this is, the partition key is an
+        ``explode`` (the row goes to the skewed worker and every helper).
         """
         pkeys = partition_keys(self.workers)
         hashed = f"xxhash64({', '.join(f'`{key}`' for key in keys)})" if keys else "0"
         bucket = f"CAST(pmod({hashed}, {self.buckets}) AS INT)"
-        listed = ",".join(str(pkeys[worker]) for worker in table)  # one literal: an array of 64 analyzes 3x slower
-        pkey = f"CAST(element_at(split('{listed}', ','), {bucket} + 1) AS INT)"
-        return bucket, pkey
+        listed = ",".join(str(pkeys[worker]) for worker in routing["table"])  # one literal: an array of 64 analyzes 3x slower
+        owner = f"CAST(element_at(split('{listed}', ','), {bucket} + 1) AS INT)"
+        splits = [Split.of(split) for split in routing.get("splits") or []]
+        if not splits:
+            return bucket, owner
+        slice_ = f"pmod(xxhash64({', '.join([*record, str(SLICE_SEED)])}), {SLICES})"
+        split_cases, copy_cases = [], []
+        for split in splits:
+            skewed = pkeys[split.worker]
+            if split.side is None or split.side == side:
+                ranges = " ".join(f"WHEN {slice_} >= {lo} AND {slice_} < {hi} THEN {pkeys[helper]}"
+                                  for helper, lo, hi in split.helpers if hi > lo)
+                if ranges:
+                    split_cases.append((skewed, f"CASE {ranges} ELSE {skewed} END"))
+            else:
+                copy_cases.append((skewed, ", ".join(str(pkeys[worker]) for worker in (split.worker, *split.helper_workers))))
+        if copy_cases:  # one generator per SELECT: every case gives an array
+            cases = [f"WHEN {owner} = {skewed} THEN array({targets})" for skewed, targets in copy_cases]
+            cases += [f"WHEN {owner} = {skewed} THEN array({choice})" for skewed, choice in split_cases]
+            return bucket, f"explode(CASE {' '.join(cases)} ELSE array({owner}) END)"
+        if split_cases:
+            cases = [f"WHEN {owner} = {skewed} THEN {choice}" for skewed, choice in split_cases]
+            return bucket, f"CASE {' '.join(cases)} ELSE {owner} END"
+        return bucket, owner
 
 
 def branch(columns: Sequence[tuple[str, str]], values: Mapping[str, str], source: str, where: str = "") -> str:
@@ -219,22 +307,22 @@ class WorkerLoad:
 class WorkerTask:
     """The ``mapInArrow`` function of a keyed shuffle: one call per Spark task, i.e. per logical worker.
 
-    Loads the worker's state as of the batch before ``batch_id``, applies the
-    bucket moves between ``old_table`` and ``new_table`` (a bucket leaving this
-    worker drops its rows; a bucket arriving brings its rows from the worker it
-    leaves, read from that worker's previous version), runs ``step`` and
-    writes the new version with the step's report. ``step(state, rows) ->
-    (state, output, report)`` works on Arrow tables.
+    Loads the worker's state as of the batch before ``batch_id``, changes it
+    from ``old`` routing to ``new`` (:meth:`_transition`), runs ``step`` and
+    writes the new version with the step's report, to which it adds the
+    records of each bucket it got (replicas left out) and its state rows per
+    side. ``step(state, rows) -> (state, output, report)`` works on Arrow tables.
     """
 
     store: Any  # WorkerStateStore
     operator: str
     batch_id: int
     pkeys: tuple[int, ...]
-    old_table: tuple[int, ...]
-    new_table: tuple[int, ...]
+    old: Routing
+    new: Routing
     step: Any
     output_schema: Any  # pyarrow.Schema
+    sides: int = 1  # 2 for a join: rows carry SIDE
 
     def __call__(self, batches):
         import time
@@ -258,34 +346,131 @@ class WorkerTask:
                                "of other workers; Spark's hash partitioning is not what Sana expects")
         rows = rows if rows.num_rows else None
         _, state = self.store.load_before(self.operator, worker, self.batch_id)
-        state, moved = self._move(worker, state)
+        state, moved = self._transition(worker, state)
+        arrivals = self._arrivals(worker, rows)
         state, output, report = self.step(state, rows)
-        report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2))
+        report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2),
+                      arrivals=arrivals, side_state_rows=self._side_counts(state))
         self.store.save(self.operator, worker, self.batch_id, state, report)
         if output is not None and output.num_rows:
             yield from output.cast(self.output_schema).to_batches()
 
-    def _move(self, worker: int, state):
+    # -- what the worker reports ------------------------------------------------------------
+
+    def _sides_of(self, table) -> "Any":
+        import numpy as np
+
+        if self.sides == 1 or table is None:
+            return np.zeros(0 if table is None else table.num_rows, dtype=np.int64)
+        return table.column(SIDE).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def _arrivals(self, worker: int, rows) -> list[list[int]]:
+        """Records of each bucket per side that this worker got and no other did (a replica is not counted)."""
+        import numpy as np
+
+        buckets = len(self.new.table)
+        if rows is None:
+            return [[0] * buckets for _ in range(self.sides)]
+        bucket = rows.column(BUCKET).to_numpy(zero_copy_only=False).astype(np.int64)
+        side = self._sides_of(rows)
+        counted = np.ones(len(bucket), dtype=bool)
+        owners = np.asarray(self.new.table, dtype=np.int64)[bucket]
+        for split in self.new.splits:  # a replica: the other side of a split, at a worker that is not the owner
+            if split.side is not None and split.worker != worker:
+                counted &= ~((owners == split.worker) & (side != split.side))
+        return [np.bincount(bucket[counted & (side == index) if self.sides > 1 else counted],
+                            minlength=buckets).tolist() for index in range(self.sides)]
+
+    def _side_counts(self, state) -> list[int]:
+        import numpy as np
+
+        if state is None or not state.num_rows:
+            return [0] * self.sides
+        if self.sides == 1:
+            return [state.num_rows]
+        return np.bincount(self._sides_of(state), minlength=self.sides).tolist()
+
+    # -- state between routings ---------------------------------------------------------------
+
+    def _transition(self, worker: int, state):
+        """The worker's state under the new routing: bucket moves, then helpers joining and leaving splits.
+
+        * A bucket that moves takes its rows from the worker it leaves.
+        * A helper joining a join's split copies the skewed worker's rows of
+          the replicated side of its buckets (the split side starts scattered).
+        * A helper leaving a split drops every row of the skewed worker's
+          buckets; the skewed worker takes back their split-side rows (for a
+          window: the partials, merged by the next aggregation). Nothing is
+          lost and every row stays on exactly one worker of its split side.
+        """
+        state, moved = self._move(worker, state)
+        old_help, new_help = self.old.helping(worker), self.new.helping(worker)
+        for skewed, side in old_help.items():
+            if new_help.get(skewed, -1) != side:  # left the split (or changed side): give the rows back
+                state = _without(state, _buckets_of(self.old.table, skewed))
+        pieces = [state]
+        for skewed, side in new_help.items():
+            if old_help.get(skewed, -1) != side and side is not None:
+                piece = self._rows_of(skewed, _buckets_of(self.new.table, skewed), 1 - side)
+                moved += piece.num_rows if piece is not None else 0
+                pieces.append(piece)
+        before, after = self.old.split_of(worker), self.new.split_of(worker)
+        if before is not None:
+            stays = set(after.helper_workers) if after is not None and after.side == before.side else set()
+            for helper in before.helper_workers:
+                if helper not in stays:
+                    piece = self._rows_of(helper, _buckets_of(self.old.table, worker), before.side)
+                    moved += piece.num_rows if piece is not None else 0
+                    pieces.append(piece)
+        pieces = [piece for piece in pieces if piece is not None and piece.num_rows]
+        import pyarrow as pa
+
+        return (pa.concat_tables(pieces) if len(pieces) > 1 else (pieces[0] if pieces else None)), moved
+
+    def _rows_of(self, source: int, buckets: list[int], side: int | None):
+        """Rows of ``buckets`` (of ``side`` only, if given) in ``source``'s version before this batch."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        moves = moved_buckets(self.old_table, self.new_table)
+        _, theirs = self.store.load_before(self.operator, source, self.batch_id)
+        if theirs is None or not buckets:
+            return None
+        keep = pc.is_in(theirs.column(BUCKET), pa.array(buckets, pa.int32()))
+        if side is not None and self.sides > 1:
+            keep = pc.and_(keep, pc.equal(theirs.column(SIDE), side))
+        return theirs.filter(keep)
+
+    def _move(self, worker: int, state):
+        moves = moved_buckets(self.old.table, self.new.table)
         if not moves:
             return state, 0
         leaving = [bucket for bucket, (before, _) in moves.items() if before == worker]
-        if state is not None and leaving:
-            state = state.filter(pc.invert(pc.is_in(state.column(BUCKET), pa.array(leaving, pa.int32()))))
+        state = _without(state, leaving)
         arriving: dict[int, list[int]] = {}
         for bucket, (before, after) in moves.items():
             if after == worker:
                 arriving.setdefault(before, []).append(bucket)
-        pieces, moved = [state] if state is not None else [], 0
+        pieces, moved = [state], 0
         for source, buckets in sorted(arriving.items()):
-            _, theirs = self.store.load_before(self.operator, source, self.batch_id)
-            if theirs is None:
-                continue
-            piece = theirs.filter(pc.is_in(theirs.column(BUCKET), pa.array(buckets, pa.int32())))
-            moved += piece.num_rows
-            pieces.append(piece)
+            piece = self._rows_of(source, buckets, None)
+            if piece is not None:
+                moved += piece.num_rows
+                pieces.append(piece)
         pieces = [piece for piece in pieces if piece is not None]
+        import pyarrow as pa
+
         return (pa.concat_tables(pieces) if pieces else None), moved
+
+
+def _buckets_of(table: Sequence[int], worker: int) -> list[int]:
+    return [bucket for bucket, owner in enumerate(table) if owner == worker]
+
+
+def _without(state, buckets: Sequence[int]):
+    """``state`` without the rows of ``buckets``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if state is None or not buckets:
+        return state
+    return state.filter(pc.invert(pc.is_in(state.column(BUCKET), pa.array(list(buckets), pa.int32()))))

@@ -31,7 +31,9 @@ from runtime.plan import TaskSpec
 from runtime.operators.types import Schema
 from runtime.spark.builders import ddl
 from runtime.spark.frames import arrow_schema
-from runtime.spark.keyed import DEFAULT_WORKERS, Router, WorkerLoad, WorkerTask, partition_keys, shuffle_sql
+from runtime.operators.keyed import ReshapeOptions
+from runtime.spark.keyed import DEFAULT_WORKERS, Router, Routing, WorkerLoad, WorkerTask, partition_keys, shuffle_sql
+from runtime.spark.reshape import BatchLoad, Controller, ReshapeSettings
 from runtime.spark.worker_state import WorkerStateStore
 
 
@@ -39,13 +41,19 @@ class KeyedOperator:
     """Base of the keyed operators: subclasses route their inputs and make the per-worker step."""
 
     kind = ""
+    sides = 1
 
-    def __init__(self, task: TaskSpec, workers: int = DEFAULT_WORKERS) -> None:
+    def __init__(self, task: TaskSpec, workers: int | None = None, reshape: ReshapeSettings | None = None) -> None:
+        """``workers``/``reshape``: the service's defaults; the task's config overrides them."""
         self.task = task
-        self.workers = workers
-        self.router = Router(workers)
-        self.load = WorkerLoad(workers)
-        self.pkeys = partition_keys(workers)
+        self.workers = int(task.config.get("workers") or workers or DEFAULT_WORKERS)
+        options = ReshapeOptions.model_validate(task.config["reshape"]) if task.config.get("reshape") else None
+        self.reshape = (reshape or ReshapeSettings()).override(options)
+        self.router = Router(self.workers)
+        self.load = WorkerLoad(self.workers)
+        self.pkeys = partition_keys(self.workers)
+        self.controller = Controller(self.workers, self.router.buckets, self.reshape, self.sides)
+        self.routing: dict[str, Any] | None = None  # the newest routing a finished batch used
         self.moved_rows = 0
         self._applied = 0
         self._in_flight: tuple[dict[str, Any], dict[str, Any]] | None = None
@@ -65,13 +73,18 @@ class KeyedOperator:
     def plan(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[str]],
              state: Mapping[str, Any], store: WorkerStateStore) -> tuple[DataFrame, dict[str, Any]]:
         """The operator's output for this batch (lazy) and its driver state; ``inputs``: per port, SQL relations."""
-        routing = self.router.next_table(state["routing"])
+        saved = state["routing"]
+        if int(saved.get("workers", self.workers)) != self.workers:
+            raise QueryFailed(f"keyed operator {self.task.id}: its state has {saved['workers']} workers but it is "
+                              f"configured with {self.workers}; a running operator keeps its worker count")
+        self.controller.adopt(saved)
+        routing = self.router.next_table(saved)
         draft = {**state, "routing": routing}
-        branches, columns, step, output = self._route(session, inputs, draft, routing["table"])
-        task = WorkerTask(store, self.task.id, batch_id, self.pkeys, tuple(state["routing"]["table"]),
-                          tuple(routing["table"]), step, arrow_schema(output))
+        branches, columns, step, output = self._route(session, inputs, draft, routing)
+        task = WorkerTask(store, self.task.id, batch_id, self.pkeys, Routing.of(saved), Routing.of(routing),
+                          step, arrow_schema(output), self.sides)
         frame = session.sql(shuffle_sql(branches, columns, self.pkeys)).mapInArrow(task, ddl(output))
-        self._in_flight = (dict(state["routing"]), routing)
+        self._in_flight = (dict(saved), routing)
         return self._finish_plan(session, frame, draft), draft
 
     def finish(self, batch_id: int, draft: dict[str, Any], store: WorkerStateStore) -> dict[str, Any]:
@@ -84,6 +97,8 @@ class KeyedOperator:
         self.moved_rows += sum(int(report.get("moved_in_rows", 0)) for report in reports.values())
         new_state = self._advance(draft, reports)
         new_state["state_rows"] = sum(int(report.get("state_rows", 0)) for report in reports.values())
+        self.routing = draft["routing"]
+        self._control(reports, draft["routing"]["table"])
         with self._moved:
             self._applied = max(self._applied, draft["routing"].get("requested", 0))
             self._in_flight = None
@@ -91,7 +106,7 @@ class KeyedOperator:
         return new_state
 
     def abort(self) -> None:
-        """The batch failed: requested moves that it took are asked for again."""
+        """The batch failed: requested moves and splits that it took are asked for again."""
         if self._in_flight is None:
             return
         old, new = self._in_flight
@@ -99,10 +114,43 @@ class KeyedOperator:
         again = {bucket: worker for bucket, (before, worker) in enumerate(zip(old["table"], new["table"])) if before != worker}
         if again:
             self.router.request(again)
+        if (old.get("splits") or []) != new["splits"]:
+            self.router.request_splits(new["splits"])
+
+    # -- Reshape ----------------------------------------------------------------------
+
+    def _control(self, reports: Mapping[int, Mapping[str, Any]], table: list[int]) -> None:
+        """Feed the batch's loads to the skew controller and request the routing it asks for."""
+        buckets = len(table)
+        arrivals = [[0] * buckets for _ in range(self.sides)]
+        for report in reports.values():
+            for side, counts in enumerate(report.get("arrivals") or []):
+                for bucket, count in enumerate(counts):
+                    arrivals[side][bucket] += count
+        load = BatchLoad(
+            rows=tuple(int(reports[worker].get("rows", 0)) for worker in range(self.workers)),
+            arrivals=tuple(tuple(side) for side in arrivals),
+            state_rows=tuple(tuple(reports[worker].get("side_state_rows") or [0] * self.sides)
+                             for worker in range(self.workers)),
+        )
+        decision = self.controller.observe(load, table)
+        if decision is None:
+            return
+        if decision["moves"]:
+            self.router.request(decision["moves"])
+        self.router.request_splits(decision["splits"])
 
     # -- moving buckets -------------------------------------------------------------
 
     def request_moves(self, moves: Mapping[int, int]) -> int:
+        """Manual bucket moves; buckets of a worker Reshape is splitting stay until the split ends."""
+        if self.routing is not None:
+            routing = Routing.of(self.routing)
+            involved = routing.involved()
+            for bucket in moves:
+                if 0 <= int(bucket) < len(routing.table) and routing.table[int(bucket)] in involved:
+                    raise ValueError(f"bucket {bucket} belongs to worker {routing.table[int(bucket)]}, which Reshape is "
+                                     "splitting or using as a helper; move it when the split has ended")
         return self.router.request(moves)
 
     def wait_moved(self, request: int, timeout_s: float) -> None:
@@ -126,16 +174,17 @@ class KeyedOperator:
             "watermark_us": state.get("watermark_us"),
             "workers": self.load.snapshot(),
             "routing": {"workers": self.workers, "buckets": len(routing["table"]), "version": routing["version"],
-                        "table": list(routing["table"])},
+                        "table": list(routing["table"]), "splits": list(routing.get("splits") or [])},
             "moved_state_rows": self.moved_rows,
+            "reshape": self.controller.snapshot(),
         }
 
     # -- what subclasses provide ------------------------------------------------------
 
     def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
-               table: list[int]) -> tuple[list[str], list[tuple[str, str]], Any, Schema]:
-        """The routed ``SELECT`` branches, the shuffle's columns (name, Spark type), the worker step and
-        the schema of the step's output (column -> Spark type)."""
+               routing: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], Any, Schema]:
+        """The routed ``SELECT`` branches (routed by ``routing``, see :meth:`Router.columns`), the shuffle's
+        columns (name, Spark type), the worker step and the schema of the step's output (column -> Spark type)."""
         raise NotImplementedError
 
     def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:

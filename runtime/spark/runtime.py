@@ -38,6 +38,7 @@ from runtime.broker.topics import Topics
 from runtime.plan import Change, TaskSpec
 from runtime.spark.fragment import FragmentQuery, QueryPlan
 from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts
+from runtime.spark.reshape import ReshapeSettings
 
 log = logging.getLogger("sana.runtime.spark")
 
@@ -52,7 +53,8 @@ class SparkRuntime:
 
     def __init__(self, client: redis.Redis, prefix: str, bootstrap: str, spark_master: str, checkpoint_dir: Path,
                  *, trigger_s: float = 1.0, internal_partitions: int = 1, max_records_per_batch: int = 0,
-                 executor_writes: bool | None = None, hosting: bool = True, warm: bool = True) -> None:
+                 executor_writes: bool | None = None, hosting: bool = True, warm: bool = True,
+                 keyed_workers: int | None = None, reshape: ReshapeSettings | None = None) -> None:
         self.redis = client
         self.prefix = prefix
         self.bootstrap = bootstrap
@@ -65,6 +67,8 @@ class SparkRuntime:
         # more on 2 cores). Any cluster master: the executors write, so no output row crosses the driver.
         self.executor_writes = (not _local_master(spark_master)) if executor_writes is None else executor_writes
         self.hosting = hosting
+        # defaults of every keyed operator; a task's own config (workers, reshape) overrides them
+        self.keyed_defaults = {"workers": keyed_workers, "reshape": reshape or ReshapeSettings()}
         self._records_key = f"{prefix}:runtime:queries"
         self._counter_key = f"{prefix}:runtime:next-query"
         self._lock = threading.RLock()
@@ -334,7 +338,7 @@ class SparkRuntime:
         return FragmentQuery(
             self.spark(), record["id"], record["inputs"], self.bootstrap, self.checkpoint_root / record["id"],
             self.trigger_s, set(record["fragments"]), self.max_records_per_batch,
-            None if self.executor_writes else BatchProducer(self.bootstrap),
+            None if self.executor_writes else BatchProducer(self.bootstrap), self.keyed_defaults,
         )
 
     def _new_record(self, query_id: str, plan: QueryLayout, fresh_topics: set[str]) -> dict[str, Any]:

@@ -35,8 +35,9 @@ from runtime.operators.types import INTEGRAL
 from runtime.operators.window import WindowAggregateConfig, aggregate_call
 from runtime.plan import TaskSpec
 from runtime.spark.frames import arrow_type
-from runtime.spark.keyed import BUCKET, DEFAULT_WORKERS, PKEY, branch
+from runtime.spark.keyed import BUCKET, PKEY, branch
 from runtime.spark.keyed_operator import KeyedOperator
+from runtime.spark.reshape import ReshapeSettings
 from runtime.spark.window_worker import END, START, TS, WindowStep, part_input
 
 _DECIMAL_SUM = "decimal(38,{scale})"
@@ -51,8 +52,9 @@ class WindowAggregate(KeyedOperator):
 
     kind = "window_aggregate"
 
-    def __init__(self, task: TaskSpec, input_schemas: Mapping[str, list[dict[str, str]]], workers: int = DEFAULT_WORKERS):
-        super().__init__(task, workers)
+    def __init__(self, task: TaskSpec, input_schemas: Mapping[str, list[dict[str, str]]], workers: int | None = None,
+                 reshape: ReshapeSettings | None = None):
+        super().__init__(task, workers, reshape)
         self.config = WindowAggregateConfig.model_validate(task.config)
         (self.input_schema,) = input_schemas["in"]
         self.window_us = duration_ms(self.config.window) * 1000
@@ -80,7 +82,7 @@ class WindowAggregate(KeyedOperator):
         return {**super().initial_state(), "max_event_us": None}
 
     def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
-               table: list[int]) -> tuple[list[str], list[tuple[str, str]], WindowStep, dict[str, str]]:
+               routing: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], WindowStep, dict[str, str]]:
         (source,) = inputs["in"]
         config = self.config
         ts = _col(config.time_column)
@@ -97,7 +99,8 @@ class WindowAggregate(KeyedOperator):
             candidate = max_event - self.delay_us
             emit = candidate if watermark is None else max(watermark, candidate)
         draft.update(max_event_us=max_event, next_watermark_us=emit)
-        bucket, pkey = self.router.columns(config.keys, table)
+        record = [*(_col(key) for key in config.keys), ts, *(column for _, _, column, _ in self.parts)]
+        bucket, pkey = self.router.columns(config.keys, routing, record)
         columns = [(PKEY, "int"), (BUCKET, "int"), *[(key, self.input_schema[key]) for key in config.keys],
                    (TS, "timestamp"), *[(part_input(name), kind) for name, _, _, kind in self.parts]]
         values = {PKEY: pkey, BUCKET: bucket, TS: ts, **{key: _col(key) for key in config.keys}}

@@ -18,6 +18,7 @@ import pytest
 from runtime.spark.join import StreamJoin
 from runtime.spark.builders import ddl
 from runtime.spark.keyed import BUCKETS, partition_keys
+from runtime.spark.reshape import ReshapeSettings
 from runtime.spark.session import spark_session
 from runtime.spark.window import WindowAggregate
 from tests.fixtures.keyed import KeyedDriver, keyed_task
@@ -29,6 +30,7 @@ EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 WINDOW_CONFIG = {"keys": ["sensor"], "time_column": "ts", "window": "10 seconds", "slide": "5 seconds",
                  "watermark": "3 seconds", "aggregates": {"n": "count(*)", "mean": "avg(temp)", "hi": "max(temp)"}}
 JOIN_CONFIG = {"on": ["sensor"], "window": "4 seconds"}
+STILL = ReshapeSettings(enabled=False)  # these tests move buckets by hand; test_skew.py runs Reshape
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +48,12 @@ def readings(batch: int, count: int, seed: int) -> list[dict]:
 
 def window_driver(spark, root, workers: int = 8) -> KeyedDriver:
     task = keyed_task("window_aggregate", WINDOW_CONFIG, {"in": [SCHEMA]}, "w")
-    return KeyedDriver(spark, WindowAggregate(task, {"in": [SCHEMA]}, workers), {"in": SCHEMA}, root)
+    return KeyedDriver(spark, WindowAggregate(task, {"in": [SCHEMA]}, workers, STILL), {"in": SCHEMA}, root)
 
 
 def join_driver(spark, root, workers: int = 8) -> KeyedDriver:
     task = keyed_task("join", JOIN_CONFIG, {"left": [SCHEMA], "right": [SCHEMA]}, "j")
-    return KeyedDriver(spark, StreamJoin(task, {"left": [SCHEMA], "right": [SCHEMA]}, workers),
+    return KeyedDriver(spark, StreamJoin(task, {"left": [SCHEMA], "right": [SCHEMA]}, workers, STILL),
                        {"left": SCHEMA, "right": SCHEMA}, root)
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from runtime.spark.join_worker import LEFT, RIGHT, JoinStep, side_column
-from runtime.spark.keyed import BUCKET, PKEY, SIDE, Router, WorkerTask, default_table, moved_buckets
+from runtime.spark.keyed import BUCKET, PKEY, SIDE, Router, Routing, Split, WorkerTask, default_table, moved_buckets
 from runtime.spark.window_worker import END, START, TIMESTAMP, TS, WindowStep, part_input
 from runtime.spark.worker_state import KEEP_VERSIONS, WorkerStateStore
 
@@ -171,7 +171,7 @@ def test_a_moved_bucket_takes_exactly_its_state_rows_along(tmp_path):
     store = WorkerStateStore(str(tmp_path))
     store.save("op", 0, 4, pa.table({BUCKET: pa.array([0, 2, 2, 4], pa.int32()), "v": [1, 2, 3, 4]}), {})
     store.save("op", 1, 4, pa.table({BUCKET: pa.array([1, 3], pa.int32()), "v": [5, 6]}), {})
-    old, new = (0, 1, 0, 1, 0), (0, 1, 1, 1, 0)  # bucket 2: worker 0 -> 1
+    old, new = Routing((0, 1, 0, 1, 0)), Routing((0, 1, 1, 1, 0))  # bucket 2: worker 0 -> 1
     task = WorkerTask(store, "op", 5, (5, 6), old, new, None, None)
     _, mine = store.load_before("op", 0, 5)
     left, moved = task._move(0, mine)
@@ -179,3 +179,71 @@ def test_a_moved_bucket_takes_exactly_its_state_rows_along(tmp_path):
     _, theirs = store.load_before("op", 1, 5)
     arrived, moved = task._move(1, theirs)
     assert sorted(arrived.column("v").to_pylist()) == [2, 3, 5, 6] and moved == 2
+
+
+# -- splits (Reshape, split by records) -------------------------------------------------------
+
+def _join_state(buckets: list[int], sides: list[int], values: list[int]) -> pa.Table:
+    return pa.table({BUCKET: pa.array(buckets, pa.int32()), SIDE: pa.array(sides, pa.int8()), "v": values})
+
+
+def test_a_helper_joining_a_join_split_copies_the_replicated_side_and_gives_its_rows_back_when_it_leaves(tmp_path):
+    store = WorkerStateStore(str(tmp_path))
+    table = (0, 1, 0, 1)  # worker 0 owns buckets 0 and 2
+    # worker 0: left rows 1, 2 and right rows 3, 4 of its buckets; worker 1: its own bucket 1
+    store.save("op", 0, 4, _join_state([0, 2, 0, 2], [0, 0, 1, 1], [1, 2, 3, 4]), {})
+    store.save("op", 1, 4, _join_state([1], [1], [9]), {})
+    plain, split = Routing(table), Routing(table, (Split(0, 0, ((1, 0, 5000),)),))  # left side split, right replicated
+    joining = WorkerTask(store, "op", 5, (5, 6), plain, split, None, None, sides=2)
+    _, helper_state = store.load_before("op", 1, 5)
+    helper_state, copied = joining._transition(1, helper_state)
+    assert sorted(helper_state.column("v").to_pylist()) == [3, 4, 9] and copied == 2  # the right side, replicated
+    _, skewed_state = store.load_before("op", 0, 5)
+    assert joining._transition(0, skewed_state)[0].column("v").to_pylist() == [1, 2, 3, 4]  # the skewed keeps all
+
+    # batch 5 ran: the helper now also holds a left row (7) of bucket 2 and a copied right row (8)
+    store.save("op", 1, 5, pa.concat_tables([helper_state, _join_state([2, 2], [0, 1], [7, 8])]), {})
+    store.save("op", 0, 5, _join_state([0, 2, 0, 2, 2], [0, 0, 1, 1, 1], [1, 2, 3, 4, 8]), {})
+    leaving = WorkerTask(store, "op", 6, (5, 6), split, plain, None, None, sides=2)
+    _, helper_state = store.load_before("op", 1, 6)
+    assert leaving._transition(1, helper_state)[0].column("v").to_pylist() == [9]  # only its own bucket stays
+    _, skewed_state = store.load_before("op", 0, 6)
+    back, moved = leaving._transition(0, skewed_state)
+    assert sorted(back.column("v").to_pylist()) == [1, 2, 3, 4, 7, 8] and moved == 1  # its left row 7 came back
+
+
+def test_a_window_split_ending_merges_the_helpers_partials_into_the_skewed_worker(tmp_path):
+    store = WorkerStateStore(str(tmp_path))
+    table = (0, 1)
+    store.save("op", 0, 1, pa.table({BUCKET: pa.array([0], pa.int32()), "v": [10]}), {})
+    store.save("op", 1, 1, pa.table({BUCKET: pa.array([1, 0], pa.int32()), "v": [5, 3]}), {})  # 3: a partial of bucket 0
+    split = Routing(table, (Split(0, None, ((1, 0, 10_000),)),))
+    ending = WorkerTask(store, "op", 2, (5, 6), split, Routing(table), None, None)
+    _, skewed_state = store.load_before("op", 0, 2)
+    merged, moved = ending._transition(0, skewed_state)
+    assert sorted(merged.column("v").to_pylist()) == [3, 10] and moved == 1
+    _, helper_state = store.load_before("op", 1, 2)
+    assert ending._transition(1, helper_state)[0].column("v").to_pylist() == [5]
+
+
+def test_arrivals_count_each_record_once_replicas_left_out():
+    split = Routing((0, 1), (Split(0, 0, ((1, 0, 5000),)),))
+    task = WorkerTask(None, "op", 1, (5, 6), split, split, None, None, sides=2)
+    rows = pa.table({BUCKET: pa.array([0, 0, 0, 1], pa.int32()), SIDE: pa.array([0, 1, 1, 1], pa.int8())})
+    # at the helper (worker 1): a left row of bucket 0 (split share, counted), two right replicas, its own right row
+    assert task._arrivals(1, rows) == [[1, 0], [0, 1]]
+    assert task._arrivals(0, rows) == [[1, 0], [2, 1]]  # the owner counts the right side of its bucket
+
+
+def test_the_router_applies_splits_at_the_next_batch_and_routes_with_them():
+    router = Router(workers=2, buckets=4)
+    routing = router.initial()
+    router.request_splits([{"worker": 0, "side": None, "helpers": [[1, 0, 2500]]}])
+    after = router.next_table(routing)
+    assert after["splits"] == [{"worker": 0, "side": None, "helpers": [[1, 0, 2500]]}] and after["version"] == 1
+    assert router.next_table(after) == {**after, "requested": 0}  # nothing pending: the split stays
+    bucket, pkey = router.columns(["k"], after, ["`k`", "`v`"])
+    assert "CASE WHEN" in pkey and ">= 0 AND" in pkey and "explode" not in pkey
+    _, other_side = router.columns(["k"], {**after, "splits": [{"worker": 0, "side": 0, "helpers": [[1, 0, 2500]]}]},
+                                   ["`k`"], side=1)
+    assert other_side.startswith("explode(")
