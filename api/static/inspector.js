@@ -313,6 +313,28 @@ function bars(values) {
   return picture;
 }
 
+const WORKER_COLORS = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777"];
+
+// Rows each logical worker processed per micro-batch, one line per worker (the last HISTORY batches).
+function loadChart(history, groups) {
+  const width = 420, height = 120, pad = 4;
+  const picture = svg("svg", { width, height, class: "load-chart" });
+  const workers = history.length ? history[0].length : 0;
+  if (history.length < 2 || !workers) return picture;
+  const max = Math.max(1, ...history.flat());
+  const skewed = new Set(groups.map((group) => group.skewed));
+  const helpers = new Set(groups.flatMap((group) => group.helpers.map((helper) => helper.worker)));
+  for (let worker = 0; worker < workers; worker += 1) {
+    const points = history.map((rows, batch) =>
+      `${pad + (batch * (width - 2 * pad)) / (history.length - 1)},${height - pad - ((rows[worker] || 0) * (height - 2 * pad)) / max}`);
+    const role = skewed.has(worker) ? "skewed" : helpers.has(worker) ? "helper" : "plain";
+    picture.append(svg("polyline", { class: `worker ${role}`, "data-worker": worker, points: points.join(" "),
+      stroke: WORKER_COLORS[worker % WORKER_COLORS.length], fill: "none", "stroke-width": role === "plain" ? 1 : 2.5 },
+      svg("title", {}, `worker ${worker} (${role}): ${history[history.length - 1][worker]} rows in the last batch`)));
+  }
+  return picture;
+}
+
 function renderSkew(answer) {
   const box = $("skew-body");
   box.replaceChildren();
@@ -321,13 +343,24 @@ function renderSkew(answer) {
     for (const [task, metrics] of Object.entries(fragment.keyed_operators || {})) operators.push([task, metrics]);
   }
   if (!operators.length) { box.append("No keyed operator runs on Spark."); return; }
-  box.append(el("p", { class: "muted" }, "Rows per logical worker since start. Skew mitigation (Reshape) is not built yet: no helper pairs."));
+  box.append(el("p", { class: "muted" }, "Rows per logical worker and micro-batch (thick: a skewed worker and its helpers), total rows per worker, and Reshape's splits."));
   for (const [task, metrics] of operators) {
     const loads = (metrics.workers && metrics.workers.total_rows) || [];
     const total = loads.reduce((sum, value) => sum + value, 0);
     const ratio = loads.length && Math.max(...loads) ? (Math.min(...loads) / Math.max(...loads)).toFixed(2) : "–";
+    const reshape = metrics.reshape || { groups: [], load_history: [] };
+    const state = reshape.enabled ? `Reshape on (split by ${reshape.split}; eta ${reshape.eta}, tau ${reshape.tau} in [${reshape.tau_range.join(", ")}])` : "Reshape off";
+    const groups = el("ul", { class: "skew-groups" });
+    for (const group of reshape.groups || []) {
+      const helpers = group.helpers.map((helper) => `${helper.worker} (${(100 * helper.fraction).toFixed(1)}%)`).join(", ");
+      groups.append(el("li", { class: "skew-group", "data-skewed": group.skewed },
+        `worker ${group.skewed} → helpers ${helpers}: phase ${group.phase}, iteration ${group.iteration}, balance ratio ${group.balance_ratio.toFixed(2)}`));
+    }
+    if (!(reshape.groups || []).length) groups.append(el("li", { class: "muted" }, "no skewed worker"));
     box.append(el("div", { class: "skew-op", "data-task": task },
-      el("div", {}, `${task} (${metrics.operator}): ${loads.length} workers, ${total} rows, min/max load ${ratio}`), bars(loads)));
+      el("div", {}, `${task} (${metrics.operator}): ${loads.length} workers, ${total} rows, min/max load ${ratio}`),
+      el("div", { class: "muted" }, `${state}; ${reshape.detections ?? 0} detection(s), ${reshape.iterations ?? 0} iteration(s), ${reshape.rollbacks ?? 0} rollback(s), ${metrics.moved_state_rows ?? 0} state rows moved`),
+      groups, loadChart(reshape.load_history || [], reshape.groups || []), bars(loads)));
   }
 }
 
