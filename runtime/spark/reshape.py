@@ -48,6 +48,7 @@ tau drops to the current gap and mitigation starts now. tau stays in
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -169,6 +170,7 @@ class Controller:
         self.detections = 0
         self.rollbacks = 0
         self._adopted = False
+        self._lock = threading.Lock()  # observe() runs in the query's thread, snapshot() in the API's
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -184,6 +186,10 @@ class Controller:
 
     def observe(self, load: BatchLoad, table: Sequence[int]) -> dict[str, Any] | None:
         """Account one batch; returns the next batch's ``{"splits", "moves"}`` if the routing must change."""
+        with self._lock:
+            return self._observe(load, table)
+
+    def _observe(self, load: BatchLoad, table: Sequence[int]) -> dict[str, Any] | None:
         self._adopted = True
         self.batch += 1
         self.history.append(list(load.rows))
@@ -362,14 +368,16 @@ class Controller:
             drift = self._recent(group.skewed) - sum(self._recent(h) for h in group.helpers) / len(group.helpers)
             if drift < self.tau or self.batch - group.started < 2:
                 return False
-            group.iteration += 1
-            self.iterations += 1
             group.sample_from = group.started = self.batch
             before = len(moves)
             self._move_keys(group, table, moves)
+            if len(moves) == before:  # no whole bucket fits: split by keys can do no better
+                return False
+            group.iteration += 1
+            self.iterations += 1
             self._event("iteration", skewed=group.skewed, iteration=group.iteration, drift=round(drift, 3),
                         moved_buckets=len(moves) - before)
-            return len(moves) > before
+            return True
         if group.phase == 1:
             group.phase_batches += 1
             helpers_mean = sum(group.cumulative[h] for h in group.helpers) / len(group.helpers)
@@ -448,6 +456,10 @@ class Controller:
         self.events.append({"batch": self.batch, "event": kind, **details})
 
     def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
         settings = self.settings
         return {
             "enabled": settings.enabled,
