@@ -1,19 +1,20 @@
-"""Reshape end to end: a skewed window aggregate submitted over REST to the real service (Spark, the broker,
-Redis), its skew panel in headless Chromium, and its output against the plain-Python reference."""
+"""Reshape end to end: a skewed window aggregate submitted over REST to the real service (`sana up` as a
+child process: Spark, the broker, Redis), its skew panel in headless Chromium, and its output against the
+plain-Python reference."""
 
 from __future__ import annotations
 
-import json
 import random
 
+import httpx
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from api.app import create_app
 from tests.browser.test_inspector import CHROMIUM, FLAGS
+from tests.conftest import REDIS_URL
 from tests.fixtures.dataflows import source, stream, task
 from tests.fixtures.kafka_io import produce, read_all, values, wait_for
-from tests.fixtures.services import ServerThread, kafka_bootstrap  # noqa: F401 (fixture)
+from tests.fixtures.services import SanaUp, free_port, kafka_bootstrap, sana_env  # noqa: F401 (fixture)
 from tests.fixtures.streams import URBAN, iso, multiset
 from tests.runtime.test_keyed import window_reference
 
@@ -31,12 +32,15 @@ def zipf_phase(phase: int) -> list[dict]:
              "ts": iso(phase * 10 + i * 10 // PER_PHASE)} for i, sensor in enumerate(sensors)]
 
 
-def test_a_skewed_window_aggregate_is_split_shown_in_the_skew_panel_and_exact(settings_factory, kafka_bootstrap,  # noqa: F811
+def test_a_skewed_window_aggregate_is_split_shown_in_the_skew_panel_and_exact(state_prefix, kafka_bootstrap,  # noqa: F811
                                                                                tmp_path):
     stem = f"skew-{random.randrange(1 << 30)}"
     topic, sink = f"{stem}-in", f"{stem}-out"
-    settings = settings_factory(dry_run=False, kafka_bootstrap=kafka_bootstrap, spark_master="local[2]",
-                                checkpoint_dir=tmp_path / "checkpoints")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = sana_env(SANA_STATE_PREFIX=state_prefix, SANA_REDIS_URL=REDIS_URL, SANA_KAFKA_BOOTSTRAP=kafka_bootstrap,
+                   SANA_CHECKPOINT_DIR=str(tmp_path / "checkpoints"), SANA_SPARK_MASTER="local[2]",
+                   SANA_RUN_DIR=str(tmp_path / "run"))
     flow = {
         "name": "skewed-counts",
         "tasks": [source("src", topic, dict(URBAN)),
@@ -46,44 +50,42 @@ def test_a_skewed_window_aggregate_is_split_shown_in_the_skew_panel_and_exact(se
         "streams": [stream("src", "per_sensor"), stream("per_sensor", "out")],
     }
     phases = [zipf_phase(phase) for phase in range(PHASES)]
-    with ServerThread(create_app(settings)) as url, sync_playwright() as playwright:
-        import urllib.request
-
-        request = urllib.request.Request(url + "/dataflows", data=json.dumps(flow).encode(), method="POST",
-                                         headers={"content-type": "application/json"})
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            assert answer.status == 201
+    service = SanaUp(["--port", str(port)], env, tmp_path / "up.log")
+    try:
+        service.wait_healthy(url, timeout=120)
+        response = httpx.post(f"{url}/dataflows", json=flow, timeout=180)
+        assert response.status_code == 201, response.text
         for phase in phases:  # about one micro-batch per phase: wait until the keyed operator has run another
             before = _batches(url)
             produce(kafka_bootstrap, topic, phase)
             wait_for(lambda: _batches(url) > before, 120, "a micro-batch of the keyed operator")
         groups = wait_for(lambda: _groups(url), 120, "Reshape splitting the hot sensor's worker")
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1300})
-            page.goto(url + "/")
-            operator = page.locator(".skew-op")
-            expect(operator).to_have_count(1, timeout=20_000)
-            expect(operator.locator("svg.load-chart polyline.worker")).to_have_count(8)
-            expect(operator.locator("svg.load-chart polyline.skewed")).to_have_count(1)
-            expect(operator.locator("svg.load-chart polyline.helper")).to_have_count(len(groups[0]["helpers"]))
-            expect(operator.locator(".skew-group")).to_contain_text(f"worker {groups[0]['skewed']} → helpers")
-            expect(operator).to_contain_text("Reshape on (split by records")
-        finally:
-            browser.close()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+            try:
+                page = browser.new_page(viewport={"width": 1500, "height": 1300})
+                page.goto(url + "/")
+                operator = page.locator(".skew-op")
+                expect(operator).to_have_count(1, timeout=20_000)
+                expect(operator.locator("svg.load-chart polyline.worker")).to_have_count(8)
+                expect(operator.locator("svg.load-chart polyline.skewed")).to_have_count(1)
+                expect(operator.locator("svg.load-chart polyline.helper")).to_have_count(len(groups[0]["helpers"]))
+                expect(operator.locator(".skew-group")).to_contain_text(f"worker {groups[0]['skewed']} → helpers")
+                expect(operator).to_contain_text("Reshape on (split by records")
+            finally:
+                browser.close()
         # the last phase's windows close once a later record moves the watermark past them
         produce(kafka_bootstrap, topic, [{"sensor": "s1", "temp": 0.0, "humidity": 1000.0, "ts": iso(1000)}])
         expected = window_reference(phases + [[{"sensor": "s1", "temp": 0.0, "humidity": 1000.0}]], 10, 10, 1,
                                     {"n": len, "hi": max})
         got = wait_for(lambda: _if_complete(read_all(kafka_bootstrap, sink), len(expected)), 120, "every window emitted")
         assert multiset(values(got)) == multiset(expected)
+    finally:
+        service.terminate()
 
 
 def _fragments(url: str) -> list[dict]:
-    import urllib.request
-
-    with urllib.request.urlopen(url + "/runtime/fragments", timeout=30) as answer:
-        return json.loads(answer.read())["fragments"]
+    return httpx.get(url + "/runtime/fragments", timeout=30).json()["fragments"]
 
 
 def _operator(url: str) -> dict | None:
