@@ -153,7 +153,21 @@ class Sample:
 
 
 class Controller:
-    """The skew controller of one keyed operator with ``workers`` logical workers."""
+    """The skew controller of one keyed operator with ``workers`` logical workers.
+
+    :meth:`observe` takes each batch's :class:`BatchLoad` and the routing
+    table it ran with, and returns the splits (and, splitting by keys, the
+    bucket moves) of the next batch when they change, else None. Worker 0
+    below gets 90% of the records: after two batches (the sample the skew
+    test needs) phase 1 sends all of its records to worker 1.
+
+    >>> controller = Controller(workers=2, buckets=2, settings=ReshapeSettings())
+    >>> batch = BatchLoad(rows=(900, 100), arrivals=((900, 100),), state_rows=((0,), (0,)))
+    >>> controller.observe(batch, [0, 1]) is None
+    True
+    >>> controller.observe(batch, [0, 1])["splits"]
+    [{'worker': 0, 'side': None, 'helpers': [[1, 0, 10000]]}]
+    """
 
     def __init__(self, workers: int, buckets: int, settings: ReshapeSettings, sides: int = 1) -> None:
         self.workers = workers

@@ -27,7 +27,8 @@ def us(seconds: float) -> int:
     return int(at(seconds).timestamp() * SECOND)
 
 
-@pytest.mark.parametrize("name", ["runtime.spark.keyed", "runtime.spark.window_worker"])
+@pytest.mark.parametrize("name", ["runtime.spark.keyed", "runtime.spark.window_worker", "runtime.spark.reshape",
+                                  "runtime.operators.keyed"])
 def test_docstring_examples(name):
     assert doctest.testmod(importlib.import_module(name)).failed == 0
 
