@@ -266,6 +266,8 @@ def up(settings: Settings, demo: bool = False) -> int:
             launcher.say("dry run: no broker, no Spark; deployments are planned and recorded")
         else:
             launcher.say(f"using Kafka at {settings.kafka_bootstrap}")
+        if not settings.sharing:
+            launcher.say("sharing is off (SANA_SHARING=false): every dataflow runs alone, nothing is reused")
         launcher.ensure_redis()
         if demo:
             launcher.start_demo()

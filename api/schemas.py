@@ -84,6 +84,7 @@ class StatsOut(BaseModel):
     fragments: int
     saving_percent: float = Field(description="100 * (submitted - running) / submitted tasks.")
     sharing_histogram: dict[str, int] = Field(description="Number of dataflows using a task -> number of such tasks.")
+    sharing: bool = Field(True, description="False when the service runs every dataflow alone (SANA_SHARING=false).")
 
 
 class HealthOut(BaseModel):

@@ -44,6 +44,6 @@ def build_services(settings: Settings) -> Services:
         runtime = SparkRuntime(client, settings.state_prefix, settings.effective_kafka_bootstrap,
                                settings.spark_master, settings.checkpoint_dir,
                                keyed_workers=settings.keyed_workers, reshape=reshape)
-    manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config)
+    manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config, sharing=settings.sharing)
     kafka = None if settings.dry_run else KafkaProbe(settings.effective_kafka_bootstrap)
     return Services(settings, client, manager, kafka, note)

@@ -15,6 +15,8 @@ of its own at another site, recorded with the reason.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 
 from typing import Any
@@ -117,7 +119,29 @@ def find_instance(state: State, signature: str, inputs: tuple[tuple[str, str], .
     return min(found) if found else None
 
 
-def plan_merge(state: State, flow: Dataflow, submitted_at: float) -> MergePlan:
+def isolated(flow: Dataflow, salt: str) -> Dataflow:
+    """``flow`` with every signature salted, so that no running task can serve it.
+
+    Tasks equal within ``flow`` stay equal (de-duplication still happens), but
+    none equals a task of another dataflow: this is how the service runs with
+    sharing off (``SANA_SHARING=false``), the baseline each dataflow alone.
+
+    >>> from manager.validate import parse_dataflow
+    >>> flow = parse_dataflow({"name": "a", "tasks": [
+    ...     {"id": "s", "type": "source", "config": {"topic": "in", "schema": {"x": "int"}}},
+    ...     {"id": "k", "type": "sink", "config": {"topic": "out"}}], "streams": [{"from": "s", "to": "k"}]})
+    >>> alone = isolated(flow, "df-1")
+    >>> alone.signatures["s"] != flow.signatures["s"], alone.signatures["s"] == isolated(flow, "df-1").signatures["s"]
+    (True, True)
+    """
+    salted = {
+        task_id: hashlib.sha256(f"{signature}:{salt}".encode()).hexdigest()
+        for task_id, signature in flow.signatures.items()
+    }
+    return dataclasses.replace(flow, signatures=salted)
+
+
+def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool = True) -> MergePlan:
     """Plan the submission of a validated dataflow.
 
     Without a WAN configuration each task is looked up by signature (among
@@ -131,7 +155,10 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float) -> MergePlan:
     running sink writes; :class:`~wan_sim.exceptions.WanSiteUnknown` when a
     source's site is unknown to the WAN configuration;
     :class:`~scheduler.exceptions.PlacementImpossible` when no site can run a task.
+    With ``sharing`` off nothing already running is reused (see :func:`isolated`).
     """
+    if not sharing:
+        flow = isolated(flow, f"df-{state.next_dataflow}")
     parents_of: dict[str, list[tuple[str, str]]] = {}
     for stream in flow.streams:
         parents_of.setdefault(stream.dst, []).append((stream.port, stream.src))

@@ -92,12 +92,18 @@ class Manager:
         runtime: Runtime,
         clock: Callable[[], float] = time.time,
         wan_config: str | Path | None = None,
+        sharing: bool = True,
     ):
-        """``wan_config`` names a WAN configuration file (``SANA_WAN_CONFIG``), applied at :meth:`start`."""
+        """``wan_config`` names a WAN configuration file (``SANA_WAN_CONFIG``), applied at :meth:`start`.
+
+        ``sharing=False`` (``SANA_SHARING=false``) runs every dataflow alone: the baseline that
+        shows what sharing saves. Dataflows submitted while it was on stay shared.
+        """
         self.store = Store(client, prefix)
         self.runtime = runtime
         self.clock = clock
         self.wan_config = wan_config
+        self.sharing = sharing
         self.state = State()
         self._mutex = threading.RLock()
         self._loaded = False
@@ -141,7 +147,7 @@ class Manager:
         self._ensure_started()
         with self._guard(), self._mutex, self.store.lock():
             self._sync()
-            plan = merge.plan_merge(self.state, flow, self.clock())
+            plan = merge.plan_merge(self.state, flow, self.clock(), sharing=self.sharing)
             version = self._deploy_and_commit(plan.change, lambda: self.store.commit_merge(plan, self.state), plan.dataflow.id)
             merge.apply_merge(self.state, plan)
             self.state.version = version
@@ -280,6 +286,7 @@ class Manager:
             "fragments": len(state.fragments),
             "saving_percent": round(100.0 * (submitted - running) / submitted, 2) if submitted else 0.0,
             "sharing_histogram": {str(users): count for users, count in sorted(sharing.items())},
+            "sharing": self.sharing,
         }
 
     # -- internals ---------------------------------------------------------------

@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     dry_run: bool = Field(
         False, description="Plan and record deployments without starting Spark or Kafka."
     )
+    sharing: bool = Field(
+        True,
+        description="Reuse running tasks across dataflows; false runs every dataflow alone (the baseline of docs/reuse.md).",
+    )
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")
     api_port: int = Field(8000, ge=1, le=65535, description="Port the API listens on.")
     wan_config: Path | None = Field(

@@ -64,6 +64,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "all-external-dry-run": {
         "dryRun": True,
+        "sharing": False,
         "redis": {"mode": "external", "external": {"url": "rediss://:pw@redis.example:6380/0"}},
         "kafka": {"mode": "external", "external": {"bootstrap": "broker.example:9093"}},
         "networkPolicy": {"enabled": False},
@@ -169,6 +170,7 @@ SANA_SETTINGS_IN_POD = {
     "SANA_KAFKA_BOOTSTRAP",
     "SANA_SPARK_MASTER",
     "SANA_DRY_RUN",
+    "SANA_SHARING",
     "SANA_API_HOST",
     "SANA_API_PORT",
     "SANA_CHECKPOINT_DIR",

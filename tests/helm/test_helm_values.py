@@ -59,6 +59,7 @@ SCHEMA = "values don't meet the specifications of the schema"
         ({"redis": {"mode": "external", "external": {"url": "http://redis"}}}, r"at '/redis/external/url': 'http://redis' does not match pattern"),
         ({"statePrefix": "two words"}, r"at '/statePrefix': 'two words' does not match pattern"),
         ({"dryRun": "yes"}, r"at '/dryRun': got string, want boolean"),
+        ({"sharing": "no"}, r"at '/sharing': got string, want boolean"),
         ({"checkpoints": {"dir": "relative/dir"}}, r"at '/checkpoints/dir': 'relative/dir' does not match pattern"),
         ({"spark": {"local": {"master": "local[0]"}}}, r"at '/spark/local/master': 'local\[0\]' does not match pattern"),
         ({"spark": {"kubernetes": {"master": "https://kubernetes.default.svc"}}}, r"at '/spark/kubernetes/master': .* does not match pattern"),

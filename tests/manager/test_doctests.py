@@ -1,0 +1,16 @@
+"""The runnable examples in the docstrings of the manager's modules (STYLE.md 5)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["manager.merge", "manager.signature", "manager.validate", "scheduler.fragments"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
