@@ -128,6 +128,16 @@ def _routes(app: FastAPI) -> None:
         return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.tasks,
                 "sinks": flow.sinks, "document": flow.document}
 
+    @app.get("/dataflows/{dataflow_id}/cost", response_model=schemas.DataflowCostOut, responses=_ERRORS)
+    def dataflow_cost(dataflow_id: str, manager: ManagerDep) -> dict[str, Any]:
+        """What the dataflow costs: its share of each task it uses, its cost alone, what sharing saves it."""
+        return manager.cost(dataflow_id)
+
+    @app.get("/costs", response_model=schemas.CostsOut, responses=_ERRORS)
+    def costs(manager: ManagerDep) -> dict[str, Any]:
+        """Every dataflow's cost; the shares add up to ``total``."""
+        return manager.costs()
+
     @app.delete("/dataflows/{dataflow_id}", response_model=schemas.RemoveResponse, responses=_ERRORS)
     def remove_dataflow(dataflow_id: str, manager: ManagerDep) -> dict[str, Any]:
         """Remove a dataflow; returns once its unshared work has stopped."""

@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true")
     stats.set_defaults(handler=_stats)
 
+    cost = commands.add_parser("cost", help="what a dataflow costs, its share of each task, what sharing saves it")
+    cost.add_argument("id")
+    cost.add_argument("--json", action="store_true")
+    cost.set_defaults(handler=_cost)
+
     from api.cli_wan import add_wan_sim_parser
 
     add_wan_sim_parser(commands)
@@ -206,6 +211,45 @@ def _stats(args: argparse.Namespace) -> int:
     rows = [(key, json.dumps(value) if isinstance(value, dict) else str(value)) for key, value in body.items()]
     _print_table(("STAT", "VALUE"), rows)
     return EXIT_OK
+
+
+def _cost(args: argparse.Namespace) -> int:
+    status, body = _call(args, "GET", f"/dataflows/{args.id}/cost")
+    if status != EXIT_OK:
+        return status
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return EXIT_OK
+    if not body["measured"]:
+        print(f"{body['id']}: nothing measured yet (a dry run measures nothing; a real runtime needs two samples, ~5 s)")
+    else:
+        print(f"{body['id']}: measured over the last {body['window_s']:.0f} s")
+    rows = [(what, _figure("cpu_cores", body[what]["cpu_cores"]), _figure("kafka_bytes_per_s", body[what]["kafka_bytes_per_s"]),
+             _figure("state_bytes", body[what]["state_bytes"])) for what in ("cost", "alone", "saved")]
+    _print_table(("", "CPU", "KAFKA WRITES", "STATE"), rows)
+    print()
+    tasks = [(task["task"], str(task["users"]), _figure("cpu_cores", task["cpu_cores"]),
+              _figure("kafka_bytes_per_s", task["kafka_bytes_per_s"]), _figure("state_bytes", task["state_bytes"]))
+             for task in body["tasks"]]
+    _print_table(("RUNNING TASK", "USERS", "CPU SHARE", "KAFKA SHARE", "STATE SHARE"), tasks)
+    return EXIT_OK
+
+
+def _figure(metric: str, value: float) -> str:
+    """``cpu_cores`` as cores, the others as bytes (per second for Kafka writes).
+
+    >>> _figure("cpu_cores", 0.01234), _figure("kafka_bytes_per_s", 20480.0), _figure("state_bytes", 3.5e6)
+    ('0.012 cores', '20.0 KiB/s', '3.3 MiB')
+    """
+    if metric == "cpu_cores":
+        return f"{value:.3f} cores"
+    unit = "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    text = f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+    return text + ("/s" if metric == "kafka_bytes_per_s" else "")
 
 
 def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

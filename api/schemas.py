@@ -87,6 +87,44 @@ class StatsOut(BaseModel):
     sharing: bool = Field(True, description="False when the service runs every dataflow alone (SANA_SHARING=false).")
 
 
+class CostFigures(BaseModel):
+    cpu_cores: float = Field(description="Cores of the service's measured CPU (process tree), over the window.")
+    kafka_bytes_per_s: float = Field(description="Value bytes per second written to Kafka by sinks and taps.")
+    state_bytes: float = Field(description="Bytes of keyed state (Arrow tables of the workers' state).")
+
+
+class TaskCostOut(BaseModel):
+    task: str = Field(description="Running task id.")
+    users: int = Field(description="Dataflows using the task; each is charged 1/users of it.")
+    share: float
+    cpu_cores: float
+    kafka_bytes_per_s: float
+    state_bytes: float
+
+
+class DataflowShareOut(BaseModel):
+    id: str
+    cost: CostFigures = Field(description="This dataflow's shares of the cost of the tasks it uses.")
+    alone: CostFigures = Field(description="The full cost of the tasks it uses: what it would cost unshared.")
+    saved: CostFigures = Field(description="alone - cost: what sharing saves this dataflow.")
+    saved_percent: dict[str, float]
+    tasks: list[TaskCostOut]
+
+
+class DataflowCostOut(DataflowShareOut):
+    measured: bool = Field(description="False until the runtime has two samples (and always under --dry-run).")
+    window_s: float = Field(description="Length of the measurement window, seconds.")
+
+
+class CostsOut(BaseModel):
+    measured: bool
+    window_s: float
+    service_cpu_cores: float = Field(description="CPU of the service's whole process tree over the window.")
+    total: CostFigures = Field(description="Cost of every task some dataflow uses: the dataflows' shares add up to it.")
+    unattributed: CostFigures = Field(description="Measured on tasks no dataflow uses (stopping meanwhile).")
+    dataflows: dict[str, DataflowShareOut]
+
+
 class HealthOut(BaseModel):
     status: str = Field(description="ok or degraded")
     components: dict[str, dict[str, Any]]

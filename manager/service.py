@@ -23,6 +23,7 @@ from typing import Any
 import redis
 
 from manager import merge
+from manager.costs import attribute
 from manager.exceptions import DataflowNotFound, DeployFailed, StateUnavailable
 from manager.model import Dataflow
 from manager.state import State, SubmittedDataflow
@@ -271,6 +272,22 @@ class Manager:
             return state.dataflows[dataflow_id]
         except KeyError:
             raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id}) from None
+
+    def costs(self) -> dict[str, Any]:
+        """Every dataflow's share of the measured cost of the tasks it uses (:mod:`manager.costs`)."""
+        state = self.snapshot()
+        read = getattr(self.runtime, "task_costs", None)
+        measured = read() if read is not None else {"measured": False, "window_s": 0.0, "tasks": {}}
+        return attribute(measured, {flow.id: list(flow.tasks.values()) for flow in state.dataflows.values()})
+
+    def cost(self, dataflow_id: str) -> dict[str, Any]:
+        """One dataflow's cost: its shares, what it would cost alone, what sharing saves it."""
+        self.dataflow(dataflow_id)
+        split = self.costs()
+        flow = split["dataflows"].get(dataflow_id)
+        if flow is None:  # removed between the two reads
+            raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id})
+        return {"measured": split["measured"], "window_s": split["window_s"], **flow}
 
     def stats(self) -> dict[str, Any]:
         state = self.snapshot()

@@ -66,7 +66,18 @@ function renderStats(stats) {
 
 // ---- dataflows -------------------------------------------------------------
 
-function renderDataflows(flows) {
+function costCell(cost, measured) {
+  if (!cost || !measured) return el("td", { class: "cost muted", title: "nothing measured yet (dry run, or the first seconds)" }, "–");
+  const kib = (bytes) => `${round(bytes / 1024, 1)} KiB`;
+  const title = [
+    `CPU ${round(cost.cost.cpu_cores, 3)} cores; alone ${round(cost.alone.cpu_cores, 3)}, sharing saves ${round(cost.saved_percent.cpu_cores, 1)} %`,
+    `Kafka writes ${kib(cost.cost.kafka_bytes_per_s)}/s; alone ${kib(cost.alone.kafka_bytes_per_s)}/s`,
+    `state ${kib(cost.cost.state_bytes)}; alone ${kib(cost.alone.state_bytes)}`,
+  ].join("\n");
+  return el("td", { class: "cost", title }, `${round(cost.cost.cpu_cores, 3)} cores`);
+}
+
+function renderDataflows(flows, costs) {
   const body = $("dataflow-rows");
   body.replaceChildren();
   if (ui.selected && !flows.some((flow) => flow.id === ui.selected)) ui.selected = null;
@@ -74,10 +85,11 @@ function renderDataflows(flows) {
     const remove = el("button", { class: "remove", "data-id": flow.id, onclick: (event) => { event.stopPropagation(); removeDataflow(flow.id); } }, "remove");
     const row = el("tr", { "data-id": flow.id, class: flow.id === ui.selected ? "selected" : "", onclick: () => select(flow.id) },
       el("td", {}, flow.id), el("td", {}, flow.name), el("td", {}, flow.owner || "–"),
-      el("td", {}, new Date(flow.submitted_at).toLocaleTimeString()), el("td", {}, Object.keys(flow.tasks).length), el("td", {}, remove));
+      el("td", {}, new Date(flow.submitted_at).toLocaleTimeString()), el("td", {}, Object.keys(flow.tasks).length),
+      costCell(costs && costs.dataflows[flow.id], costs && costs.measured), el("td", {}, remove));
     body.append(row);
   }
-  if (!flows.length) body.append(el("tr", {}, el("td", { colspan: 6, class: "muted" }, "No dataflow is submitted.")));
+  if (!flows.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No dataflow is submitted.")));
   renderSelection();
 }
 
@@ -387,16 +399,16 @@ function renderWan(answer) {
 
 async function refresh() {
   try {
-    const [health, stats, flows, running, fragments, wan] = await Promise.all([
+    const [health, stats, flows, running, fragments, wan, costs] = await Promise.all([
       getJson("/healthz"), getJson("/stats"), getJson("/dataflows"), getJson("/running"),
-      getJson("/runtime/fragments"), getJson("/wan"),
+      getJson("/runtime/fragments"), getJson("/wan"), getJson("/costs"),
     ]);
     const badge = $("health");
     badge.textContent = health.body ? health.body.status : "unreachable";
     badge.className = `badge ${health.body ? health.body.status : "degraded"}`;
     badge.title = health.body ? JSON.stringify(health.body.components, null, 1) : "";
     if (stats.ok) renderStats(stats.body);
-    if (flows.ok) renderDataflows(flows.body.dataflows);
+    if (flows.ok) renderDataflows(flows.body.dataflows, costs.ok ? costs.body : null);
     if (running.ok) renderDags(running.body.dags);
     renderFragments(fragments);
     renderSkew(fragments);

@@ -111,6 +111,10 @@ class FragmentQuery:
         self.last_timing: dict[str, float] = {}
         self.replays_dropped = 0
         self.batches_done = 0
+        # cumulative, for cost attribution (runtime.costs): batch time, and what each task's outputs wrote
+        self.busy_ms = 0.0
+        self.written_bytes: dict[str, int] = {}
+        self.written_records: dict[str, int] = {}
         self.keyed: dict[str, Any] = {}
         self._store = StateStore(checkpoint / "sana-state")
         self._worker_store = WorkerStateStore(str(checkpoint / "keyed-state"))
@@ -246,7 +250,9 @@ class FragmentQuery:
                 self._in_flight = None
                 self._cond.notify_all()
         self.batches_done += 1
-        self.recent.append(BatchStats(batch_id, written, round(1000 * (time.perf_counter() - started), 1), outputs, time.time()))
+        duration_ms = 1000 * (time.perf_counter() - started)
+        self.busy_ms += duration_ms
+        self.recent.append(BatchStats(batch_id, written, round(duration_ms, 1), outputs, time.time()))
 
     def _evaluate(self, plan: QueryPlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int) -> tuple[int, int]:
         """Run the plan on one micro-batch: one SQL statement (CTEs + UNION ALL of the outputs), one write."""
@@ -319,6 +325,7 @@ class FragmentQuery:
                 table = output.toArrow()
                 collected = time.perf_counter()
                 written = self.producer.send_table(table, headers)
+                self._count_written(plan, table)
             else:
                 (
                     output.write.format(SOURCE_FORMAT).option("bootstrap", self.bootstrap).option("writer", self.id)
@@ -341,6 +348,22 @@ class FragmentQuery:
                 session.catalog.dropTempView(view)
             for frame in cached:
                 frame.unpersist()
+
+    def _count_written(self, plan: QueryPlan, table) -> None:
+        """Add the records and value bytes this batch wrote to the task behind each output topic."""
+        if table.num_rows == 0:
+            return
+        import pyarrow.compute as pc
+
+        sizes = table.append_column("size", pc.binary_length(table.column("value")))
+        totals = sizes.group_by("topic").aggregate([("size", "sum"), ("size", "count")])
+        task_of = {topic: task_id for task_id, topic in plan.outputs}
+        for topic, size, count in zip(totals.column("topic").to_pylist(), totals.column("size_sum").to_pylist(),
+                                      totals.column("size_count").to_pylist()):
+            task_id = task_of.get(topic)
+            if task_id is not None:
+                self.written_bytes[task_id] = self.written_bytes.get(task_id, 0) + int(size)
+                self.written_records[task_id] = self.written_records.get(task_id, 0) + int(count)
 
     def _drop_replays(self, session, token: str, topics: set[str], states: dict[str, Any], new_states: dict[str, Any],
                       views: list[str]) -> str:
@@ -374,6 +397,11 @@ class FragmentQuery:
         self._states_version = batch_id
 
     # -- metrics -------------------------------------------------------------------
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes of each keyed task's state after the last batch."""
+        states = self._states or {}
+        return {task_id: int((states.get(task_id) or {}).get("state_bytes", 0)) for task_id in self.keyed}
 
     def metrics(self) -> dict[str, Any]:
         progress = None

@@ -350,7 +350,8 @@ class WorkerTask:
         arrivals = self._arrivals(worker, rows)
         state, output, report = self.step(state, rows)
         report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2),
-                      arrivals=arrivals, side_state_rows=self._side_counts(state))
+                      arrivals=arrivals, side_state_rows=self._side_counts(state),
+                      state_bytes=int(state.nbytes) if state is not None else 0)
         self.store.save(self.operator, worker, self.batch_id, state, report)
         if output is not None and output.num_rows:
             yield from output.cast(self.output_schema).to_batches()

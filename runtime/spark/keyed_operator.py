@@ -97,6 +97,7 @@ class KeyedOperator:
         self.moved_rows += sum(int(report.get("moved_in_rows", 0)) for report in reports.values())
         new_state = self._advance(draft, reports)
         new_state["state_rows"] = sum(int(report.get("state_rows", 0)) for report in reports.values())
+        new_state["state_bytes"] = sum(int(report.get("state_bytes", 0)) for report in reports.values())
         self.routing = draft["routing"]
         self._control(reports, draft["routing"]["table"])
         with self._moved:
@@ -171,6 +172,7 @@ class KeyedOperator:
         return {
             "operator": self.kind,
             "state_rows": self.state_rows(state),
+            "state_bytes": int(state.get("state_bytes", 0)),
             "watermark_us": state.get("watermark_us"),
             "workers": self.load.snapshot(),
             "routing": {"workers": self.workers, "buckets": len(routing["table"]), "version": routing["version"],

@@ -34,6 +34,7 @@ import redis
 from runtime.exceptions import BucketMoveInvalid, KeyedOperatorUnknown, QueryFailed, RuntimeFailure
 from runtime.broker.offsets import probe_consumer, topic_end_offsets
 from runtime.broker.producer import BatchProducer
+from runtime.costs import CostMeter, QueryCounters
 from runtime.broker.topics import Topics
 from runtime.plan import Change, TaskSpec
 from runtime.spark.fragment import FragmentQuery, QueryPlan
@@ -89,6 +90,7 @@ class SparkRuntime:
         if warm:
             self._session_started = True
             threading.Thread(target=self._start_session, name="sana-spark-session", daemon=True).start()
+        self.meter = CostMeter(self._counters)
         self._supervisor = threading.Thread(target=self._supervise, name="sana-supervisor", daemon=True)
         self._supervisor.start()
 
@@ -223,6 +225,23 @@ class SparkRuntime:
                 "keyed_operators": keyed,
             }
         return {"fragments": fragments, "queries": per_query}
+
+    def task_costs(self) -> dict[str, Any]:
+        """Measured cost of every running task over the last window (see :mod:`runtime.costs`)."""
+        return self.meter.costs()
+
+    def _counters(self) -> dict[str, QueryCounters]:
+        counters = {}
+        for query_id, query in list(self.queries.items()):
+            counters[query_id] = QueryCounters(
+                busy_ms=query.busy_ms,
+                tasks=tuple(task.id for task in query.plan.tasks),
+                written_bytes=dict(query.written_bytes),
+                written_records=dict(query.written_records),
+                state_bytes=query.state_bytes(),
+                counts_writes=query.producer is not None,
+            )
+        return counters
 
     # -- converging ------------------------------------------------------------------------
 
@@ -376,6 +395,11 @@ class SparkRuntime:
 
     def _supervise(self) -> None:
         while not self._closing.wait(SUPERVISE_EVERY_S):
+            try:
+                if self.meter.due():
+                    self.meter.sample()
+            except Exception:  # a failed sample leaves a longer window, nothing else
+                log.exception("cost sample failed")
             if not self._lock.acquire(timeout=0.5):
                 continue
             try:

@@ -144,3 +144,20 @@ def test_service_starting_without_redis_serves_degraded_then_recovers(settings_f
             assert client.get("/healthz").status_code == 200
         finally:
             server.stop()
+
+
+def test_cost_endpoints_split_tasks_among_users_and_measure_nothing_in_a_dry_run(client):
+    a = client.post("/dataflows", json=urban_etl("alerts-a")).json()
+    b = client.post("/dataflows", json=urban_etl("alerts-b")).json()
+    cost = client.get(f"/dataflows/{a['id']}/cost")
+    assert cost.status_code == 200
+    body = cost.json()
+    assert body["id"] == a["id"] and body["measured"] is False
+    assert body["cost"] == body["alone"] == {"cpu_cores": 0.0, "kafka_bytes_per_s": 0.0, "state_bytes": 0.0}
+    users = {row["task"]: (row["users"], row["share"]) for row in body["tasks"]}
+    assert users == {a["tasks"]["src"]: (2, 0.5), a["tasks"]["hot"]: (2, 0.5), a["tasks"]["proj"]: (2, 0.5),
+                     a["tasks"]["out"]: (1, 1.0)}
+    everything = client.get("/costs").json()
+    assert set(everything["dataflows"]) == {a["id"], b["id"]} and everything["measured"] is False
+    missing = client.get("/dataflows/df-404/cost")
+    assert missing.status_code == 404 and missing.json()["culprit"] == {"dataflow": "df-404"}

@@ -74,3 +74,17 @@ def test_usage_and_unreachable_exit_codes(tmp_path):
     nobody = sana(f"http://127.0.0.1:{free_port()}", "ls")
     assert nobody.returncode == 3 and "cannot reach the API" in nobody.stderr
     assert sana("http://127.0.0.1:9", "frobnicate").returncode == 2
+
+
+def test_cost_prints_the_shares_or_says_nothing_is_measured(api_url):
+    hot = json.loads(sana(api_url, "submit", "-", "--json", stdin=json.dumps(urban_etl("alerts-a"))).stdout)["tasks"]["hot"]
+    sana(api_url, "submit", "-", stdin=json.dumps(urban_etl("alerts-b")))
+    done = sana(api_url, "cost", "df-1")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "df-1: nothing measured yet (a dry run measures nothing; a real runtime needs two samples, ~5 s)"
+    assert lines[1].split() == ["CPU", "KAFKA", "WRITES", "STATE"]
+    assert [line.split()[:3] for line in lines if line.startswith(hot)] == [[hot, "2", "0.000"]]
+    assert {row["users"] for row in json.loads(sana(api_url, "cost", "df-2", "--json").stdout)["tasks"]} == {1, 2}
+    missing = sana(api_url, "cost", "df-404")
+    assert missing.returncode == 1 and "404: no dataflow 'df-404'" in missing.stderr

@@ -68,6 +68,7 @@ def test_submit_see_graph_and_reuse_then_error_then_remove(page, tmp_path):
     expect(page.locator("#document-tasks li.culprit")).to_have_text("range: filter")
     expect(page.locator("#running-tasks")).to_have_text("10")
 
+    expect(page.locator("tr[data-id='df-1'] td.cost")).to_have_text("–")  # a dry run measures no cost
     page.locator("tr[data-id='df-1'] td").first.click()
     expect(page.locator("tr.selected")).to_have_attribute("data-id", "df-1")
     stamp = page.locator("#refreshed").inner_text()

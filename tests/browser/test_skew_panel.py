@@ -5,6 +5,7 @@ plain-Python reference."""
 from __future__ import annotations
 
 import random
+import re
 
 import httpx
 import pytest
@@ -72,6 +73,9 @@ def test_a_skewed_window_aggregate_is_split_shown_in_the_skew_panel_and_exact(st
                 expect(operator.locator("svg.load-chart polyline.helper")).to_have_count(len(groups[0]["helpers"]))
                 expect(operator.locator(".skew-group")).to_contain_text(f"worker {groups[0]['skewed']} → helpers")
                 expect(operator).to_contain_text("Reshape on (split by records")
+                cost = page.locator("tr[data-id='df-1'] td.cost")  # its share of the measured CPU
+                expect(cost).to_have_text(re.compile(r"^\d+\.\d{3} cores$"), timeout=20_000)
+                expect(cost).to_have_attribute("title", re.compile(r"alone .* sharing saves"))
             finally:
                 browser.close()
         # the last phase's windows close once a later record moves the watermark past them

@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["manager.merge", "manager.signature", "manager.validate", "scheduler.fragments"]
+MODULES = ["manager.merge", "manager.signature", "manager.validate", "manager.costs", "scheduler.fragments",
+           "runtime.costs", "api.cli"]
 
 
 @pytest.mark.parametrize("name", MODULES)

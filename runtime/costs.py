@@ -1,0 +1,164 @@
+"""What each running task costs, measured: CPU, Kafka bytes written, state.
+
+The Spark runtime keeps cumulative counters per query (time spent in its
+micro-batches) and per task (records and bytes its outputs wrote, rows and
+bytes of its keyed state). A :class:`CostMeter` samples them, with the CPU
+time of the service's process tree read from ``/proc``, every few seconds,
+and turns the last window of samples into rates per task:
+
+- ``cpu_cores``: the service's measured CPU over the window (cores), split
+  among queries by their share of micro-batch time, and within a query
+  equally among the tasks it runs (a query is one Spark plan: the split
+  inside it is not observable without instrumenting every operator);
+- ``kafka_bytes_per_s`` and ``kafka_records_per_s``: what the task's sink or
+  taps wrote (value bytes), as measured on the writes;
+- ``state_bytes``: the task's keyed state now (Arrow bytes of its workers'
+  state tables).
+
+The CPU of all tasks adds up to the process tree's CPU whenever a batch ran
+in the window; :func:`manager.costs.attribute` splits task costs among
+dataflows. Records written by executors (a cluster master) are not counted
+by the driver: ``kafka_bytes_per_s`` is then ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+WINDOW_S = 30.0
+SAMPLE_EVERY_S = 5.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_tree_cpu_s(root: int | None = None, proc: Path = Path("/proc")) -> float:
+    """CPU seconds (user + system) used so far by ``root`` (default: this process) and its descendants.
+
+    Descendants are found through the parent pid in ``/proc/<pid>/stat``; a
+    process that exits between two samples takes its time with it.
+
+    >>> process_tree_cpu_s() > 0
+    True
+    """
+    root = os.getpid() if root is None else root
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        ticks[pid] = int(fields[11]) + int(fields[12])
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in tree:
+                tree.add(pid)
+                frontier.append(pid)
+    return sum(ticks.get(pid, 0) for pid in tree) / CLOCK_TICKS
+
+
+@dataclass(frozen=True)
+class QueryCounters:
+    """Cumulative counters of one query at one instant."""
+
+    busy_ms: float
+    tasks: tuple[str, ...]
+    written_bytes: Mapping[str, int] = field(default_factory=dict)
+    written_records: Mapping[str, int] = field(default_factory=dict)
+    state_bytes: Mapping[str, int] = field(default_factory=dict)
+    counts_writes: bool = True
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    cpu_s: float
+    queries: Mapping[str, QueryCounters]
+
+
+def task_costs(first: Sample, last: Sample) -> dict[str, Any]:
+    """Rates per task between two samples (see the module docstring).
+
+    >>> a = Sample(0.0, 10.0, {"q1": QueryCounters(0.0, ("s", "f")), "q2": QueryCounters(0.0, ("k",))})
+    >>> b = Sample(10.0, 25.0, {"q1": QueryCounters(3000.0, ("s", "f"), {"f": 5000}),
+    ...                         "q2": QueryCounters(1000.0, ("k",), {}, {}, {"k": 64})})
+    >>> costs = task_costs(a, b)
+    >>> costs["cpu_cores"], costs["tasks"]["f"]["cpu_cores"], costs["tasks"]["k"]["cpu_cores"]
+    (1.5, 0.5625, 0.375)
+    >>> costs["tasks"]["f"]["kafka_bytes_per_s"], costs["tasks"]["k"]["state_bytes"]
+    (500.0, 64)
+    """
+    seconds = max(last.at - first.at, 1e-9)
+    cores = max(last.cpu_s - first.cpu_s, 0.0) / seconds
+    busy = {}
+    for query_id, now in last.queries.items():
+        before = first.queries.get(query_id)
+        busy[query_id] = max(now.busy_ms - (before.busy_ms if before else 0.0), 0.0)
+    total_busy = sum(busy.values())
+    tasks: dict[str, dict[str, Any]] = {}
+    for query_id, now in last.queries.items():
+        before = first.queries.get(query_id) or QueryCounters(0.0, ())
+        share = cores * busy[query_id] / total_busy if total_busy else 0.0
+        for task_id in now.tasks:
+            written = now.written_bytes.get(task_id, 0) - before.written_bytes.get(task_id, 0)
+            records = now.written_records.get(task_id, 0) - before.written_records.get(task_id, 0)
+            tasks[task_id] = {
+                "query": query_id,
+                "cpu_cores": share / len(now.tasks),
+                "kafka_bytes_per_s": max(written, 0) / seconds if now.counts_writes else None,
+                "kafka_records_per_s": max(records, 0) / seconds if now.counts_writes else None,
+                "state_bytes": int(now.state_bytes.get(task_id, 0)),
+            }
+    return {
+        "window_s": round(seconds, 3),
+        "cpu_cores": cores,
+        "attributed_cpu_cores": cores if total_busy else 0.0,
+        "tasks": tasks,
+    }
+
+
+class CostMeter:
+    """Samples counters every ``every_s`` and keeps ``window_s`` of samples; thread-safe."""
+
+    def __init__(self, read: Callable[[], Mapping[str, QueryCounters]], window_s: float = WINDOW_S,
+                 every_s: float = SAMPLE_EVERY_S, cpu: Callable[[], float] = process_tree_cpu_s,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.read = read
+        self.window_s = window_s
+        self.every_s = every_s
+        self.cpu = cpu
+        self.clock = clock
+        self._samples: deque[Sample] = deque()
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        with self._lock:
+            return not self._samples or self.clock() - self._samples[-1].at >= self.every_s
+
+    def sample(self) -> None:
+        sample = Sample(self.clock(), self.cpu(), dict(self.read()))
+        with self._lock:
+            self._samples.append(sample)
+            while len(self._samples) > 2 and sample.at - self._samples[1].at >= self.window_s:
+                self._samples.popleft()
+
+    def costs(self) -> dict[str, Any]:
+        """Rates over the window (``measured`` is False until two samples exist)."""
+        with self._lock:
+            samples = list(self._samples)
+        if len(samples) < 2:
+            return {"measured": False, "window_s": 0.0, "cpu_cores": 0.0, "attributed_cpu_cores": 0.0, "tasks": {}}
+        return {"measured": True, **task_costs(samples[0], samples[-1])}
