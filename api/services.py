@@ -42,7 +42,7 @@ def build_services(settings: Settings) -> Services:
             tau_min=settings.reshape_tau_min, tau_max=settings.reshape_tau_max, max_helpers=settings.reshape_max_helpers,
         )
         runtime = SparkRuntime(client, settings.state_prefix, settings.effective_kafka_bootstrap,
-                               settings.spark_master, settings.checkpoint_dir,
+                               settings.spark_master, settings.checkpoint_dir, trigger_s=settings.trigger_s,
                                keyed_workers=settings.keyed_workers, reshape=reshape)
     manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config, sharing=settings.sharing)
     kafka = None if settings.dry_run else KafkaProbe(settings.effective_kafka_bootstrap)

@@ -38,6 +38,10 @@ class Settings(BaseSettings):
         9092, ge=1, le=65535, description="Port of the embedded broker `sana up` starts."
     )
     spark_master: str = Field("local[*]", description="Spark master URL.")
+    trigger_s: float = Field(
+        1.0, ge=0.1, le=600.0,
+        description="Micro-batch trigger interval of every fragment query, seconds (each idle query costs CPU per trigger).",
+    )
     dry_run: bool = Field(
         False, description="Plan and record deployments without starting Spark or Kafka."
     )
