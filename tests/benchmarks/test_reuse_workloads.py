@@ -1,0 +1,196 @@
+"""The reuse benchmark's workloads, traces and runner (docs/reuse.md)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from benchmarks import opmw, reuse, traces
+from benchmarks.riot import riot_workload
+from manager.validate import parse_dataflow
+
+
+@pytest.mark.parametrize("name", ["benchmarks.opmw", "benchmarks.traces", "benchmarks.reuse"])
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
+
+
+# -- the OPMW-like workload -------------------------------------------------------------
+
+
+def test_opmw_workload_is_the_same_for_a_seed_and_differs_between_seeds():
+    assert opmw.opmw_workload(seed=0) == opmw.opmw_workload(seed=0)
+    assert opmw.opmw_workload(seed=0) != opmw.opmw_workload(seed=1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_opmw_workload_has_the_papers_shape(seed):
+    documents = opmw.opmw_workload(seed)
+    flows = [parse_dataflow(document) for document in documents]
+    sizes = [len(flow.tasks) for flow in flows]
+    assert len(flows) == 35
+    assert sum(sizes) == 471
+    assert (min(sizes), max(sizes)) == (2, 38)
+    topics_by_flow = [{task.config["topic"] for task in flow.tasks.values() if task.type == "sink"} for flow in flows]
+    everything = Counter(topic for topics in topics_by_flow for topic in topics)
+    assert all(count == 1 for count in everything.values()), "a sink topic is written by two workflows"
+    for flow in flows:
+        assert len(set(flow.signatures.values())) == len(flow.tasks), f"{flow.name} holds two equivalent tasks"
+        sources = [task for task in flow.tasks.values() if task.type == "source"]
+        assert len(sources) == 1 and sources[0].config["topic"].startswith("opmw-")
+        assert "ts" in sources[0].config["schema"]
+    fan_in = sum(1 for flow in flows for count in Counter(s.dst for s in flow.streams).values() if count > 1)
+    fan_out = sum(1 for flow in flows for count in Counter(s.src for s in flow.streams).values() if count > 1)
+    assert fan_in > 10 and fan_out > 10
+
+
+def test_opmw_default_workload_totals_are_pinned():
+    """The committed results (docs/reuse.md) were measured on these totals; a generator change must update them."""
+    summary = opmw.check(seed=0)
+    assert (summary["tasks"], summary["distinct_signatures"], summary["distinct_abstract_tasks"]) == (471, 279, 211)
+
+
+def test_workflows_of_a_domain_share_a_prefix_but_not_everything():
+    flows = [parse_dataflow(document) for document in opmw.opmw_workload(seed=0)]
+    by_domain: dict[str, list[set[str]]] = {}
+    for flow in flows:
+        by_domain.setdefault(flow.name.split("-")[1], []).append(set(flow.signatures.values()))
+    for domain, signature_sets in by_domain.items():
+        assert len(set.intersection(*signature_sets)) >= 1, f"{domain}: workflows do not even share their source"
+    shared_beyond_source = sum(
+        1 for sets in by_domain.values() for index, first in enumerate(sets) for second in sets[index + 1:]
+        if len(first & second) > 1
+    )
+    assert shared_beyond_source > 0
+    domains = list(by_domain.values())
+    assert all(not (first & second) for i, group in enumerate(domains) for other in domains[i + 1:]
+               for first in group for second in other), "workflows of different domains share a task"
+
+
+# -- traces -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sequential_adds_everything_then_removes_everything(seed):
+    trace = traces.sequential(21, seed)
+    assert [action for action, _ in trace] == ["add"] * 21 + ["remove"] * 21
+    assert sorted(i for _, i in trace[:21]) == sorted(i for _, i in trace[21:]) == list(range(21))
+    assert traces.running_after(trace) == set()
+
+
+@pytest.mark.parametrize(("n", "initial", "seed"), [(35, 20, 1), (35, 20, 2), (21, 15, 1), (21, 15, 2), (3, 2, 7)])
+def test_random_walk_obeys_the_papers_rules(n, initial, seed):
+    trace = traces.random_walk(n, initial, steps=100, seed=seed)
+    fill, walk, drain = trace[:initial], trace[initial:initial + 100], trace[initial + 100:]
+    assert [action for action, _ in fill] == ["add"] * initial and len({i for _, i in fill}) == initial
+    assert len(walk) == 100 and {action for action, _ in walk} == {"add", "remove"}
+    assert drain == [("remove", i) for _, i in drain]
+    assert len(drain) == len(traces.running_after(trace[:initial + 100]))
+    assert traces.running_after(trace) == set()  # never adds a running one, never removes an idle one, ends empty
+    assert trace == traces.random_walk(n, initial, steps=100, seed=seed)
+
+
+def test_random_walks_of_two_seeds_differ():
+    assert traces.random_walk(35, 20, seed=1) != traces.random_walk(35, 20, seed=2)
+
+
+@pytest.mark.parametrize(("trace", "message"), [
+    ([("add", 0), ("add", 0)], r"step 1: \('add', 0\) adds a running dataflow"),
+    ([("remove", 3)], r"step 0: \('remove', 3\) removes a dataflow that is not running"),
+    ([("pause", 1)], r"step 0: unknown action 'pause'"),
+])
+def test_running_after_names_the_step_that_breaks_a_rule(trace, message):
+    with pytest.raises(ValueError, match=message):
+        traces.running_after(trace)
+
+
+# -- the runner -----------------------------------------------------------------------------
+
+
+class RecordingTarget:
+    """A target without a service: remembers the calls, measures how many dataflows it holds."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.held: set[str] = set()
+        self.closed = False
+
+    def submit(self, document: dict[str, Any]) -> str:
+        dataflow_id = f"df-{len(self.calls)}"
+        self.calls.append(("submit", document["name"]))
+        self.held.add(dataflow_id)
+        return dataflow_id
+
+    def remove(self, dataflow_id: str) -> None:
+        self.calls.append(("remove", dataflow_id))
+        self.held.remove(dataflow_id)
+
+    def measure_step(self) -> dict[str, Any]:
+        return {"held": len(self.held)}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_run_trace_drives_any_target_and_removes_by_the_id_it_returned():
+    documents = list(riot_workload(3, seed=0))
+    steps = [("add", 2), ("add", 0), ("remove", 2), ("remove", 0)]
+    target = RecordingTarget()
+    records = reuse.run_trace(target, documents, steps, ["fill", "fill", "drain", "drain"], sharing=True)
+    assert target.calls == [("submit", documents[2]["name"]), ("submit", documents[0]["name"]),
+                            ("remove", "df-0"), ("remove", "df-1")]
+    assert [record["held"] for record in records] == [record["running_dataflows"] for record in records] == [1, 2, 1, 0]
+    assert [record["step"] for record in records] == [1, 2, 3, 4]
+    assert records[-1]["optimal_tasks"] == 0
+
+
+def test_run_all_closes_every_target_it_built():
+    built: list[RecordingTarget] = []
+
+    def factory(workload: reuse.Workload, sharing: bool) -> RecordingTarget:
+        built.append(RecordingTarget())
+        return built[-1]
+
+    runs = reuse.run_all(factory, ["riot"], ["seq"])
+    assert [(run["workload"], run["trace"], run["mode"]) for run in runs] == [("riot", "seq", "alone"), ("riot", "seq", "reuse")]
+    assert len(built) == 2 and all(target.closed for target in built)
+    assert [step["action"] for step in runs[0]["steps"]] == [step["action"] for step in runs[1]["steps"]]
+
+
+@pytest.mark.redis
+def test_riot_sequential_trace_on_the_dry_run_manager(redis_client, state_prefix, tmp_path):
+    workload = reuse.workloads()["riot"]
+    spec = reuse.TRACES["seq"]
+    steps, phases = spec.steps(workload), spec.phases(workload)
+    flows = [parse_dataflow(document) for document in workload.documents]
+    distinct = len({signature for flow in flows for signature in flow.signatures.values()})
+    submitted = sum(len(flow.tasks) for flow in flows)
+    runs = []
+    for mode, sharing in reuse.MODES.items():
+        target = reuse.DryRunTarget(redis_client, f"{state_prefix}-{mode}", sharing)
+        try:
+            records = reuse.run_trace(target, workload.documents, steps, phases, sharing)
+        finally:
+            target.close()
+        assert not list(redis_client.scan_iter(f"{state_prefix}-{mode}:*")), "close() left keys behind"
+        peak = records[len(workload.documents) - 1]
+        assert peak["running_dataflows"] == 21 and peak["submitted_tasks"] == submitted
+        assert peak["running_tasks"] == (distinct if sharing else submitted)
+        assert all(record["running_tasks"] == record["optimal_tasks"] == record["deployed_tasks"] for record in records)
+        assert records[-1]["running_tasks"] == records[-1]["deployed_tasks"] == 0
+        runs.append({"workload": "riot", "trace": "seq", "trace_seed": spec.seed, "mode": mode, "sharing": sharing,
+                     "seconds": 0.0, "steps": records})
+    assert distinct < submitted
+
+    results = {"date": "today", "commit": "0" * 40, "command": "test", "runs": runs,
+               "workloads": {"riot": reuse.describe_workload(workload)}}
+    text = reuse.markdown(results)
+    assert f"| riot | seq | 42 | {submitted} / {distinct} |" in text
+    assert "running tasks equal the optimum at every step (" in text and "**no**" not in text
+    paths = reuse.plot(results, tmp_path)
+    assert all(path.stat().st_size > 0 for path in paths)
