@@ -81,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     cost.add_argument("--json", action="store_true")
     cost.set_defaults(handler=_cost)
 
+    defrag = commands.add_parser("defrag", help="run queries linked by taps as one query (nothing lost or repeated)")
+    defrag.add_argument("--json", action="store_true")
+    defrag.set_defaults(handler=_defrag)
+
     from api.cli_wan import add_wan_sim_parser
 
     add_wan_sim_parser(commands)
@@ -232,6 +236,22 @@ def _cost(args: argparse.Namespace) -> int:
               _figure("kafka_bytes_per_s", task["kafka_bytes_per_s"]), _figure("state_bytes", task["state_bytes"]))
              for task in body["tasks"]]
     _print_table(("RUNNING TASK", "USERS", "CPU SHARE", "KAFKA SHARE", "STATE SHARE"), tasks)
+    return EXIT_OK
+
+
+def _defrag(args: argparse.Namespace) -> int:
+    print("defragmenting: each merged group pauses for about a query start ...", file=sys.stderr, flush=True)
+    status, body = _call(args, "POST", "/runtime/defrag")
+    if status != EXIT_OK:
+        return status
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return EXIT_OK
+    print(f"queries: {body['queries_before']} -> {body['queries_after']}" + (f" ({body['note']})" if body.get("note") else ""))
+    for group in body["merged"]:
+        print(f"merged {', '.join(group['queries'])} into {group['into']}")
+    for group in body["skipped"]:
+        print(f"left {', '.join(group['queries'])} as they were: {group['error']}")
     return EXIT_OK
 
 

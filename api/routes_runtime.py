@@ -6,6 +6,8 @@ topic partition, state rows and per-worker load of its keyed operators.
 ``GET /runtime/fragments/{id}``: one of them (404 if it does not run).
 ``GET /runtime/queries``: the Spark queries behind them (a query can host
 several fragments). Under ``--dry-run`` nothing runs: the lists are empty.
+``POST /runtime/defrag``: run every group of queries linked by taps at one
+site as one query (``sana defrag``; docs/reuse.md, "Defragmentation").
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ async def fragment(fragment_id: str, request: Request) -> dict[str, Any]:
         return metrics["fragments"][fragment_id]
     except KeyError:
         raise FragmentNotRunning(f"no running fragment {fragment_id!r}", culprit={"fragment": fragment_id}) from None
+
+
+@router.post("/defrag")
+async def defrag(request: Request) -> dict[str, Any]:
+    """Recompact the running queries: fewer queries, the same tasks, nothing lost or repeated."""
+    manager = request.app.state.services.manager
+    return await run_in_threadpool(manager.defragment)
 
 
 @router.get("/queries")

@@ -273,6 +273,20 @@ class Manager:
         except KeyError:
             raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id}) from None
 
+    def defragment(self) -> dict[str, Any]:
+        """Recompact the runtime's queries (``sana defrag``); no change runs meanwhile.
+
+        The running tasks and their fragments stay as they are: only which Spark
+        query runs them changes. A runtime without queries (dry run) has nothing to do.
+        """
+        self._ensure_started()
+        defragment = getattr(self.runtime, "defragment", None)
+        if defragment is None:
+            return {"queries_before": 0, "queries_after": 0, "merged": [], "skipped": [],
+                    "note": f"the {self.runtime.kind} runtime runs no queries"}
+        with self._guard(), self._mutex, self.store.lock():
+            return defragment()
+
     def costs(self) -> dict[str, Any]:
         """Every dataflow's share of the measured cost of the tasks it uses (:mod:`manager.costs`)."""
         state = self.snapshot()

@@ -89,8 +89,13 @@ class FragmentQuery:
     def __init__(self, spark: SparkSession, query_id: str, inputs: Mapping[str, Mapping[str, int]],
                  bootstrap: str, checkpoint: Path, trigger_s: float, fragments: set[str] | None = None,
                  max_records_per_batch: int = 0, producer: BatchProducer | None = None,
-                 keyed_defaults: Mapping[str, Any] | None = None) -> None:
-        """``keyed_defaults``: keyword arguments of every keyed operator (``workers``, ``reshape``)."""
+                 keyed_defaults: Mapping[str, Any] | None = None, batch_base: int = 0) -> None:
+        """``keyed_defaults``: keyword arguments of every keyed operator (``workers``, ``reshape``).
+
+        ``batch_base`` is added to Spark's batch ids wherever the query versions its state
+        and names its output: a query that took over other queries' tasks (a defragmentation)
+        starts above the state it was seeded with.
+        """
         self.spark = spark
         self.keyed_defaults = dict(keyed_defaults or {})
         self.id = query_id
@@ -101,6 +106,8 @@ class FragmentQuery:
         self.fragments = set(fragments or ())
         self.max_records_per_batch = max_records_per_batch
         self.producer = producer
+        self.batch_base = batch_base
+        self.bound_file = checkpoint / "bound.json"
         self.plan = QueryPlan(0)
         self.query = None
         self.run = ""
@@ -136,6 +143,7 @@ class FragmentQuery:
             self.spark.readStream.format(SOURCE_FORMAT)
             .option("bootstrap", self.bootstrap)
             .option("topics", json.dumps(self.inputs, sort_keys=True))
+            .option("bound_file", str(self.bound_file))
         )
         if self.max_records_per_batch:
             reader = reader.option("max_records_per_batch", str(self.max_records_per_batch))
@@ -243,6 +251,7 @@ class FragmentQuery:
         for task_id in retired - set(keyed):  # no batch runs them any more: their worker state goes
             self._worker_store.drop(task_id)
         started = time.perf_counter()
+        batch_id += self.batch_base
         try:
             written, outputs = self._evaluate(plan, keyed, df, batch_id)
         finally:
@@ -397,6 +406,47 @@ class FragmentQuery:
         self._states_version = batch_id
 
     # -- metrics -------------------------------------------------------------------
+
+    # -- handing work over (defragmentation) ----------------------------------------------------
+
+    def set_bound(self, offsets: Mapping[str, Mapping[str, int]] | None) -> None:
+        """Read no input past ``offsets`` (topic -> partition -> offset) from the next trigger on; None lifts it."""
+        if offsets is None:
+            self.bound_file.unlink(missing_ok=True)
+            return
+        self.checkpoint.mkdir(parents=True, exist_ok=True)
+        temporary = self.bound_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps({topic: {str(p): int(o) for p, o in parts.items()} for topic, parts in offsets.items()}))
+        temporary.replace(self.bound_file)
+
+    def processed(self) -> dict[str, dict[str, int]]:
+        """Offsets up to which the query has processed its inputs (where it started, before its first batch)."""
+        done = {topic: {str(p): int(o) for p, o in parts.items()} for topic, parts in self.inputs.items()}
+        try:
+            progress = self.query.lastProgress if self.query is not None else None
+        except Exception:  # a dead JVM query answers nothing
+            progress = None
+        if progress:
+            for topic, parts in _offsets((progress.get("sources") or [{}])[0].get("endOffset")).items():
+                done.setdefault(topic, {}).update({str(p): int(o) for p, o in parts.items()})
+        return done
+
+    def idle(self) -> bool:
+        with self._cond:
+            return self._in_flight is None
+
+    def last_states(self) -> dict[str, Any]:
+        """The driver states saved after the last batch (keyed operators, replay memory)."""
+        return self._store.load_before(1 << 62)[1]
+
+    def seed(self, states: Mapping[str, Any], previous: list["FragmentQuery"]) -> None:
+        """Start from ``states`` and from the keyed state of ``previous`` queries (before the first batch)."""
+        version = self.batch_base - 1
+        self._store.save(version, dict(states))
+        for query in previous:
+            for task_id in states:
+                if task_id != REPLAYS_KEY:
+                    query._worker_store.copy_latest(task_id, self._worker_store, version)
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of each keyed task's state after the last batch."""

@@ -170,6 +170,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             for topic, parts in json.loads(options["topics"]).items()
         }
         self.max_records = int(options.get("max_records_per_batch", "0") or 0)
+        self.bound_file = options.get("bound_file") or None
         self._probe = None
         self._latest: dict[str, dict[str, int]] | None = None
 
@@ -192,8 +193,19 @@ class KafkaStreamReader(DataSourceStreamReader):
             raise
         return {topic: {str(partition): offset for partition, offset in parts.items()} for topic, parts in ends.items()}
 
+    def _bound(self) -> dict[str, dict[str, int]]:
+        """Offsets not to read past, per topic and partition, while the bound file exists (a defrag's cut)."""
+        if not self.bound_file:
+            return {}
+        try:
+            with open(self.bound_file) as handle:
+                return json.load(handle)
+        except FileNotFoundError:
+            return {}
+
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         ends = self._ends()
+        bound = self._bound()
         begin = start or self.initialOffset()
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else 0
         partition_count = max(1, sum(len(parts) for parts in ends.values()))
@@ -207,6 +219,8 @@ class KafkaStreamReader(DataSourceStreamReader):
                 last = max(first, end)
                 if per_partition:
                     last = min(last, first + per_partition)
+                if partition in bound.get(topic, {}):
+                    last = max(first, min(last, int(bound[topic][partition])))
                 result[topic][partition] = last
             for partition, offset in known.items():  # a partition the broker forgot: keep our position
                 result[topic].setdefault(partition, int(offset))

@@ -133,5 +133,45 @@ def layouts(tasks: Mapping[str, TaskSpec], host: Mapping[str, str], namespace: s
     return result
 
 
+def mergeable(plans: Mapping[str, QueryLayout], sites: Mapping[str, str | None]) -> list[list[str]]:
+    """Groups of running queries one query could run instead (defragmentation).
+
+    Queries are grouped when one reads a tap the other writes and both run at
+    the same site; a group whose queries read a source topic in common is left
+    alone (one query reads a topic from one position, and theirs differ).
+
+    >>> a = QueryLayout(outputs=[("hot", "t.hot")], source_topics={"urban"})
+    >>> b = QueryLayout(reads={"hot": "t.hot"}, source_topics={"models"})
+    >>> c = QueryLayout(source_topics={"taxi"})
+    >>> mergeable({"q1": a, "q2": b, "q3": c}, {"q1": "eu", "q2": "eu", "q3": "eu"})
+    [['q1', 'q2']]
+    >>> mergeable({"q1": a, "q2": b}, {"q1": "eu", "q2": "us"})
+    []
+    """
+    writer = {topic: query for query, plan in plans.items() for _, topic in plan.outputs if topic not in plan.sink_topics}
+    leader = {query: query for query in plans}
+
+    def find(query: str) -> str:
+        while leader[query] != query:
+            leader[query] = leader[leader[query]]
+            query = leader[query]
+        return query
+
+    for query, plan in plans.items():
+        for topic in plan.reads.values():
+            upstream = writer.get(topic)
+            if upstream is not None and sites.get(upstream) == sites.get(query):
+                leader[find(query)] = find(upstream)
+    groups: dict[str, list[str]] = {}
+    for query in sorted(plans):
+        groups.setdefault(find(query), []).append(query)
+    result = []
+    for members in groups.values():
+        sources = [plans[query].source_topics for query in members]
+        if len(members) > 1 and sum(len(topics) for topics in sources) == len(set().union(*sources)):
+            result.append(members)
+    return sorted(result)
+
+
 def internal_topics(plans: Iterable[QueryLayout]) -> set[str]:
     return set().union(*(plan.internal_topics for plan in plans))

@@ -37,13 +37,14 @@ from runtime.broker.producer import BatchProducer
 from runtime.costs import CostMeter, QueryCounters
 from runtime.broker.topics import Topics
 from runtime.plan import Change, TaskSpec
-from runtime.spark.fragment import FragmentQuery, QueryPlan
-from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts
+from runtime.spark.fragment import REPLAYS_KEY, FragmentQuery, QueryPlan
+from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts, mergeable
 from runtime.spark.reshape import ReshapeSettings
 
 log = logging.getLogger("sana.runtime.spark")
 
 SUPERVISE_EVERY_S = 1.0
+DRAIN_TIMEOUT_S = 120.0
 MAX_BACKOFF_S = 30.0
 
 
@@ -142,6 +143,8 @@ class SparkRuntime:
                     self.host.setdefault(fragment, query_id)
             self._records = records
             self._converge(dict(tasks), reason="reconcile", rollback=False)
+            for query in self.queries.values():  # a defragmentation cut short by a crash left its bounds
+                query.set_bound(None)
 
     def health(self) -> dict[str, Any]:
         queries = dict(self.queries)  # no lock: /healthz must answer while a change is being applied
@@ -242,6 +245,132 @@ class SparkRuntime:
                 counts_writes=query.producer is not None,
             )
         return counters
+
+    # -- defragmentation ---------------------------------------------------------------------
+
+    def defragment(self, timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any]:
+        """Run every group of queries linked by taps at one site as one query (:func:`mergeable`).
+
+        Merges and unmerges leave queries that one query could run (a fragment
+        started beside a running one because it had a source of its own, then
+        the rest of its neighbour removed). For each group: bound the group's
+        inputs at their current ends, let every query process exactly up to
+        the bound and drain the taps between them, stop them (cleanly: nothing
+        in flight), then start one query from the bound with their keyed state
+        and replay memory. Nothing is read twice or skipped; the group's output
+        pauses for about a query start. A group that does not drain within
+        ``timeout_s`` is left as it was.
+        """
+        with self._lock:
+            if self._records is None:
+                self._records = self._load_records()
+            sites = {query_id: record.get("site") for query_id, record in self._records.items()}
+            before = len(self.queries)
+            merged, skipped = [], []
+            for group in mergeable(self.plans, sites):
+                try:
+                    merged.append(self._merge_queries(group, timeout_s))
+                except RuntimeFailure as error:
+                    log.error("defragmentation of %s: %s", group, error)
+                    skipped.append({"queries": group, "error": str(error)})
+            return {"queries_before": before, "queries_after": len(self.queries), "merged": merged, "skipped": skipped}
+
+    def _merge_queries(self, group: list[str], timeout_s: float) -> dict[str, Any]:
+        old = [self.queries[query_id] for query_id in group]
+        fragments = sorted(fragment for fragment, query_id in self.host.items() if query_id in group)
+        new_id = self._new_query_id(fragments[0])
+        host = {**self.host, **{fragment: new_id for fragment in fragments}}
+        plans = layouts(self.tasks, host, self.prefix)
+        plan = plans[new_id]
+        inside = {topic for query_id in group for _, topic in self.plans[query_id].outputs} - plan.sink_topics
+        external = plan.input_topics
+        if not external <= set().union(*(set(query.inputs) for query in old)) or external & inside:
+            raise RuntimeFailure(f"queries {group} cannot be merged: the merged query would read {sorted(external)}")
+        consumer = probe_consumer(self.bootstrap)
+        try:
+            cut = topic_end_offsets(consumer, sorted(external))
+            cut = {topic: {str(p): o for p, o in parts.items()} for topic, parts in cut.items()}
+            for query in old:
+                query.set_bound({topic: cut[topic] for topic in query.inputs if topic in external})
+            try:
+                self._drain(old, cut, inside, consumer, timeout_s)
+            except RuntimeFailure:
+                for query in old:
+                    query.set_bound(None)
+                raise
+        finally:
+            consumer.close()
+        for query in old:
+            query.stop()
+        states: dict[str, Any] = {}
+        for query in old:
+            for key, value in query.last_states().items():
+                states[key] = {**states.get(key, {}), **value} if key == REPLAYS_KEY else value
+        record = {"id": new_id, "site": plan.tasks[0].site, "fragments": sorted({task.fragment for task in plan.tasks}),
+                  "inputs": cut, "created_at": time.time(), "batch_base": 1, "merged_from": group}
+        query = self._make_query(record)
+        query.seed(states, old)
+        self._switch_records(add=record, remove=group)
+        try:
+            query.set_plan(self._query_plan(plan))
+            query.start()
+            query.wait_running()
+        except Exception as error:  # the old queries take over again from where they stopped
+            query.discard()
+            self._switch_records(add=None, remove=[new_id], restore=[self._records_of(group)])
+            for previous in old:
+                previous.set_bound(None)
+                previous.start()
+            raise RuntimeFailure(f"the merged query {new_id} did not start ({error}); {group} run again") from error
+        for query_id, previous in zip(group, old):
+            self.queries.pop(query_id, None)
+            self._records.pop(query_id, None)
+            previous.discard()
+            shutil.rmtree(self.checkpoint_root / query_id, ignore_errors=True)
+        self.queries[new_id] = query
+        self._records[new_id] = record
+        self.host, self.plans = host, plans
+        self._delete_unused_topics(internal_topics(plans.values()))
+        log.info("defragmentation: %s now run as %s", group, new_id)
+        return {"queries": group, "into": new_id, "fragments": record["fragments"]}
+
+    def _drain(self, queries: list[FragmentQuery], cut: dict[str, dict[str, str]], inside: set[str], consumer,
+               timeout_s: float) -> None:
+        """Wait until every query processed its inputs up to the cut and the taps between them to their ends."""
+        deadline = time.monotonic() + timeout_s
+        settled = 0
+        while time.monotonic() < deadline:
+            ends = topic_end_offsets(consumer, sorted(inside)) if inside else {}
+            target = {**cut, **{topic: {str(p): o for p, o in parts.items()} for topic, parts in ends.items()}}
+            done = all(
+                query.idle() and all(query.processed().get(topic, {}).get(p) == int(o)
+                                     for topic in query.inputs for p, o in target.get(topic, {}).items())
+                for query in queries
+            )
+            settled = settled + 1 if done else 0
+            if settled >= 2:  # twice in a row: no tap received more meanwhile
+                return
+            for query in queries:
+                if not query.alive():
+                    raise RuntimeFailure(f"query {query.id} died while draining: {query.error()}")
+            time.sleep(max(0.2, min(1.0, self.trigger_s / 2)))
+        raise RuntimeFailure(f"queries {[query.id for query in queries]} did not reach the cut within {timeout_s:.0f} s")
+
+    def _records_of(self, group: list[str]) -> list[dict[str, Any]]:
+        return [self._records[query_id] for query_id in group]
+
+    def _switch_records(self, add: dict[str, Any] | None, remove: list[str],
+                        restore: list[list[dict[str, Any]]] | None = None) -> None:
+        """One Redis transaction: the merged query's record in, the merged ones' out (or back)."""
+        pipe = self.redis.pipeline(transaction=True)
+        if add is not None:
+            pipe.hset(self._records_key, add["id"], json.dumps(add, sort_keys=True))
+        if remove:
+            pipe.hdel(self._records_key, *remove)
+        for records in restore or []:
+            for record in records:
+                pipe.hset(self._records_key, record["id"], json.dumps(record, sort_keys=True))
+        pipe.execute()
 
     # -- converging ------------------------------------------------------------------------
 
@@ -358,6 +487,7 @@ class SparkRuntime:
             self.spark(), record["id"], record["inputs"], self.bootstrap, self.checkpoint_root / record["id"],
             self.trigger_s, set(record["fragments"]), self.max_records_per_batch,
             None if self.executor_writes else BatchProducer(self.bootstrap), self.keyed_defaults,
+            batch_base=int(record.get("batch_base", 0)),
         )
 
     def _new_record(self, query_id: str, plan: QueryLayout, fresh_topics: set[str]) -> dict[str, Any]:

@@ -115,6 +115,26 @@ class WorkerStateStore:
             return None
         return json.loads(metadata[META_KEY]) if META_KEY in metadata else None
 
+    def copy_latest(self, operator: str, target: "WorkerStateStore", version: int) -> int:
+        """Copy the newest version of every worker of ``operator`` into ``target`` as ``version``.
+
+        How a defragmentation hands a keyed task's state to the query that takes
+        it over; returns the number of workers copied.
+        """
+        fs, base = _filesystem(self.root)
+        selector = pafs.FileSelector(f"{base}/{operator_dir(operator)}", allow_not_found=True)
+        copied = 0
+        for info in fs.get_file_info(selector):
+            if info.type != pafs.FileType.Directory or not info.base_name.startswith("w"):
+                continue
+            worker = int(info.base_name[1:])
+            latest, table = self.load_before(operator, worker, 1 << 62)
+            if latest is None:
+                continue
+            target.save(operator, worker, version, table, self.meta(operator, worker, latest) or {})
+            copied += 1
+        return copied
+
     def drop(self, operator: str) -> None:
         """Delete every version of every worker of ``operator`` (the task stopped for good)."""
         fs, base = _filesystem(self.root)

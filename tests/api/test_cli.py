@@ -88,3 +88,11 @@ def test_cost_prints_the_shares_or_says_nothing_is_measured(api_url):
     assert {row["users"] for row in json.loads(sana(api_url, "cost", "df-2", "--json").stdout)["tasks"]} == {1, 2}
     missing = sana(api_url, "cost", "df-404")
     assert missing.returncode == 1 and "404: no dataflow 'df-404'" in missing.stderr
+
+
+def test_defrag_under_a_dry_run_has_nothing_to_do(api_url):
+    sana(api_url, "submit", "-", stdin=json.dumps(urban_etl("alerts-a")))
+    done = sana(api_url, "defrag")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "queries: 0 -> 0 (the dry-run runtime runs no queries)"
+    assert json.loads(sana(api_url, "defrag", "--json").stdout)["merged"] == []
