@@ -44,6 +44,7 @@ def build_services(settings: Settings) -> Services:
         runtime = SparkRuntime(client, settings.state_prefix, settings.effective_kafka_bootstrap,
                                settings.spark_master, settings.checkpoint_dir, trigger_s=settings.trigger_s,
                                keyed_workers=settings.keyed_workers, reshape=reshape)
-    manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config, sharing=settings.sharing)
+    manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config, sharing=settings.sharing,
+                      defrag_after_removals=settings.defrag_after_removals)
     kafka = None if settings.dry_run else KafkaProbe(settings.effective_kafka_bootstrap)
     return Services(settings, client, manager, kafka, note)

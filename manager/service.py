@@ -94,17 +94,23 @@ class Manager:
         clock: Callable[[], float] = time.time,
         wan_config: str | Path | None = None,
         sharing: bool = True,
+        defrag_after_removals: int = 0,
     ):
         """``wan_config`` names a WAN configuration file (``SANA_WAN_CONFIG``), applied at :meth:`start`.
 
         ``sharing=False`` (``SANA_SHARING=false``) runs every dataflow alone: the baseline that
         shows what sharing saves. Dataflows submitted while it was on stay shared.
+        ``defrag_after_removals=N`` runs :meth:`defragment` in the background after every
+        N-th removal (``SANA_DEFRAG_AFTER_REMOVALS``; 0 never).
         """
         self.store = Store(client, prefix)
         self.runtime = runtime
         self.clock = clock
         self.wan_config = wan_config
         self.sharing = sharing
+        self.defrag_after_removals = defrag_after_removals
+        self._removals = 0
+        self._defragmenting = threading.Lock()
         self.state = State()
         self._mutex = threading.RLock()
         self._loaded = False
@@ -178,6 +184,10 @@ class Manager:
             version = self._deploy_and_commit(plan.change, lambda: self.store.commit_unmerge(plan, self.state), dataflow_id)
             merge.apply_unmerge(self.state, plan)
             self.state.version = version
+            self._removals += 1
+            due = self.defrag_after_removals and self._removals % self.defrag_after_removals == 0
+        if due:
+            threading.Thread(target=self._defragment_in_background, name="sana-defrag", daemon=True).start()
         return RemoveResult(id=dataflow_id, terminated=[spec.id for spec in plan.terminated])
 
     # -- the WAN configuration ---------------------------------------------------
@@ -286,6 +296,19 @@ class Manager:
                     "note": f"the {self.runtime.kind} runtime runs no queries"}
         with self._guard(), self._mutex, self.store.lock():
             return defragment()
+
+    def _defragment_in_background(self) -> None:
+        if not self._defragmenting.acquire(blocking=False):  # one is running: it sees this removal too
+            return
+        try:
+            report = self.defragment()
+            if report["merged"] or report["skipped"]:
+                log.info("automatic defragmentation: %d -> %d queries (%s)", report["queries_before"],
+                         report["queries_after"], report)
+        except Exception:  # the next removal tries again; nothing changed for a group that failed
+            log.exception("automatic defragmentation failed")
+        finally:
+            self._defragmenting.release()
 
     def costs(self) -> dict[str, Any]:
         """Every dataflow's share of the measured cost of the tasks it uses (:mod:`manager.costs`)."""

@@ -49,6 +49,10 @@ class Settings(BaseSettings):
         True,
         description="Reuse running tasks across dataflows; false runs every dataflow alone (the baseline of docs/reuse.md).",
     )
+    defrag_after_removals: int = Field(
+        0, ge=0, le=1_000_000,
+        description="Run `sana defrag` in the background after every N removals (0: only when an operator runs it).",
+    )
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")
     api_port: int = Field(8000, ge=1, le=65535, description="Port the API listens on.")
     wan_config: Path | None = Field(

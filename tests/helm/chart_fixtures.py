@@ -65,6 +65,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "all-external-dry-run": {
         "dryRun": True,
         "sharing": False,
+        "defrag": {"afterRemovals": 10},
         "redis": {"mode": "external", "external": {"url": "rediss://:pw@redis.example:6380/0"}},
         "kafka": {"mode": "external", "external": {"bootstrap": "broker.example:9093"}},
         "networkPolicy": {"enabled": False},
@@ -171,6 +172,7 @@ SANA_SETTINGS_IN_POD = {
     "SANA_SPARK_MASTER",
     "SANA_DRY_RUN",
     "SANA_SHARING",
+    "SANA_DEFRAG_AFTER_REMOVALS",
     "SANA_TRIGGER_S",
     "SANA_API_HOST",
     "SANA_API_PORT",

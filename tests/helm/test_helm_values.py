@@ -60,6 +60,7 @@ SCHEMA = "values don't meet the specifications of the schema"
         ({"statePrefix": "two words"}, r"at '/statePrefix': 'two words' does not match pattern"),
         ({"dryRun": "yes"}, r"at '/dryRun': got string, want boolean"),
         ({"sharing": "no"}, r"at '/sharing': got string, want boolean"),
+        ({"defrag": {"afterRemovals": -1}}, r"at '/defrag/afterRemovals': minimum: got -1, want 0"),
         ({"spark": {"triggerSeconds": 0}}, r"at '/spark/triggerSeconds': minimum: got 0, want 0.1"),
         ({"checkpoints": {"dir": "relative/dir"}}, r"at '/checkpoints/dir': 'relative/dir' does not match pattern"),
         ({"spark": {"local": {"master": "local[0]"}}}, r"at '/spark/local/master': 'local\[0\]' does not match pattern"),
