@@ -382,7 +382,8 @@ def _check_topic_free(state: State, submitted_id: str, sink: TaskSpec, any_write
         users = ", ".join(sorted(state.users.get(writer, ())))
         raise SinkTopicTaken(
             f"sink {submitted_id!r} writes topic {topic!r}, which running sink {writer!r} "
-            f"(dataflows: {users}) already writes with a different computation",
+            f"(dataflows: {users}) already writes; a topic has one writing computation (an equal one is shared, "
+            f"unless sharing is off)",
             culprit={"task": submitted_id, "field": "config.topic"},
         )
 

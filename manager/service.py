@@ -110,9 +110,11 @@ class Manager:
         self.sharing = sharing
         self.defrag_after_removals = defrag_after_removals
         self._removals = 0
+        self.background_defrag: threading.Thread | None = None
         self._defragmenting = threading.Lock()
         self.state = State()
         self._mutex = threading.RLock()
+        self._changing = threading.RLock()  # submit, remove, defragment: one at a time; reads only take _mutex
         self._loaded = False
         self._started = False
 
@@ -152,7 +154,7 @@ class Manager:
 
     def submit_validated(self, flow: Dataflow) -> SubmitResult:
         self._ensure_started()
-        with self._guard(), self._mutex, self.store.lock():
+        with self._guard(), self._changing, self._mutex, self.store.lock():
             self._sync()
             plan = merge.plan_merge(self.state, flow, self.clock(), sharing=self.sharing)
             version = self._deploy_and_commit(plan.change, lambda: self.store.commit_merge(plan, self.state), plan.dataflow.id)
@@ -176,7 +178,7 @@ class Manager:
     def remove(self, dataflow_id: str) -> RemoveResult:
         """Unmerge a dataflow; returns once its unshared work has stopped."""
         self._ensure_started()
-        with self._guard(), self._mutex, self.store.lock():
+        with self._guard(), self._changing, self._mutex, self.store.lock():
             self._sync()
             if dataflow_id not in self.state.dataflows:
                 raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id})
@@ -187,7 +189,8 @@ class Manager:
             self._removals += 1
             due = self.defrag_after_removals and self._removals % self.defrag_after_removals == 0
         if due:
-            threading.Thread(target=self._defragment_in_background, name="sana-defrag", daemon=True).start()
+            self.background_defrag = threading.Thread(target=self._defragment_in_background, name="sana-defrag", daemon=True)
+            self.background_defrag.start()
         return RemoveResult(id=dataflow_id, terminated=[spec.id for spec in plan.terminated])
 
     # -- the WAN configuration ---------------------------------------------------
@@ -294,7 +297,7 @@ class Manager:
         if defragment is None:
             return {"queries_before": 0, "queries_after": 0, "merged": [], "skipped": [],
                     "note": f"the {self.runtime.kind} runtime runs no queries"}
-        with self._guard(), self._mutex, self.store.lock():
+        with self._guard(), self._changing:  # reads (and /healthz) go on meanwhile; changes wait
             return defragment()
 
     def _defragment_in_background(self) -> None:

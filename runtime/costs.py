@@ -40,8 +40,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def process_tree_cpu_s(root: int | None = None, proc: Path = Path("/proc")) -> float:
     """CPU seconds (user + system) used so far by ``root`` (default: this process) and its descendants.
 
-    Descendants are found through the parent pid in ``/proc/<pid>/stat``; a
-    process that exits between two samples takes its time with it.
+    Descendants are found through the parent pid in ``/proc/<pid>/stat``; the
+    time of children that exited and were reaped counts in their parent's.
 
     >>> process_tree_cpu_s() > 0
     True
@@ -59,7 +59,7 @@ def process_tree_cpu_s(root: int | None = None, proc: Path = Path("/proc")) -> f
         fields = text[text.rindex(")") + 2:].split()
         pid = int(entry.name)
         parents[pid] = int(fields[1])
-        ticks[pid] = int(fields[11]) + int(fields[12])
+        ticks[pid] = sum(int(value) for value in fields[11:15])  # utime, stime and reaped children's
     tree, frontier = {root}, [root]
     while frontier:
         parent = frontier.pop()

@@ -66,3 +66,9 @@ class BucketMoveInvalid(RuntimeFailure):
 
     code = "BUCKET_MOVE_INVALID"
     status = 422
+
+
+class DefragmentationFailed(RuntimeFailure):
+    """A group of queries could not be run as one; the group runs as it did before."""
+
+    code = "DEFRAGMENTATION_FAILED"

@@ -405,8 +405,6 @@ class FragmentQuery:
         self._states = states
         self._states_version = batch_id
 
-    # -- metrics -------------------------------------------------------------------
-
     # -- handing work over (defragmentation) ----------------------------------------------------
 
     def set_bound(self, offsets: Mapping[str, Mapping[str, int]] | None) -> None:
@@ -435,22 +433,30 @@ class FragmentQuery:
         with self._cond:
             return self._in_flight is None
 
-    def last_states(self) -> dict[str, Any]:
-        """The driver states saved after the last batch (keyed operators, replay memory)."""
-        return self._store.load_before(1 << 62)[1]
+    def saved_states(self) -> tuple[int | None, dict[str, Any]]:
+        """The version and the driver states saved after the last batch (keyed operators, replay memory)."""
+        return self._store.load_before(1 << 62)
 
-    def seed(self, states: Mapping[str, Any], previous: list["FragmentQuery"]) -> None:
-        """Start from ``states`` and from the keyed state of ``previous`` queries (before the first batch)."""
+    def seed(self, states: Mapping[str, Any], previous: list[tuple["FragmentQuery", int | None]]) -> None:
+        """Start from ``states`` and from the keyed state of ``previous`` queries at their saved versions.
+
+        Called before the first batch; the seed is version ``batch_base - 1``.
+        """
         version = self.batch_base - 1
-        self._store.save(version, dict(states))
-        for query in previous:
-            for task_id in states:
+        for query, saved in previous:
+            if saved is None:
+                continue
+            own = query.saved_states()[1]
+            for task_id in own:
                 if task_id != REPLAYS_KEY:
-                    query._worker_store.copy_latest(task_id, self._worker_store, version)
+                    query._worker_store.copy_version(task_id, saved, self._worker_store, version)
+        self._store.save(version, dict(states))
+
+    # -- metrics -------------------------------------------------------------------
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of each keyed task's state after the last batch."""
-        states = self._states or {}
+        states = self._states or (self._store.load_before(1 << 62)[1] if self.keyed else {})
         return {task_id: int((states.get(task_id) or {}).get("state_bytes", 0)) for task_id in self.keyed}
 
     def metrics(self) -> dict[str, Any]:

@@ -37,7 +37,8 @@ from runtime.broker.producer import BatchProducer
 from runtime.costs import CostMeter, QueryCounters
 from runtime.broker.topics import Topics
 from runtime.plan import Change, TaskSpec
-from runtime.spark.fragment import REPLAYS_KEY, FragmentQuery, QueryPlan
+from runtime.spark.defrag import merge_queries
+from runtime.spark.fragment import FragmentQuery, QueryPlan
 from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts, mergeable
 from runtime.spark.reshape import ReshapeSettings
 
@@ -145,6 +146,10 @@ class SparkRuntime:
             self._converge(dict(tasks), reason="reconcile", rollback=False)
             for query in self.queries.values():  # a defragmentation cut short by a crash left its bounds
                 query.set_bound(None)
+            if self.checkpoint_root.is_dir():  # ... and the checkpoint of a query it never switched to
+                for path in self.checkpoint_root.iterdir():
+                    if path.is_dir() and path.name not in records:
+                        shutil.rmtree(path, ignore_errors=True)
 
     def health(self) -> dict[str, Any]:
         queries = dict(self.queries)  # no lock: /healthz must answer while a change is being applied
@@ -259,7 +264,7 @@ class SparkRuntime:
         in flight), then start one query from the bound with their keyed state
         and replay memory. Nothing is read twice or skipped; the group's output
         pauses for about a query start. A group that does not drain within
-        ``timeout_s`` is left as it was.
+        ``timeout_s`` is left as it was (:mod:`runtime.spark.defrag`).
         """
         with self._lock:
             if self._records is None:
@@ -269,95 +274,11 @@ class SparkRuntime:
             merged, skipped = [], []
             for group in mergeable(self.plans, sites):
                 try:
-                    merged.append(self._merge_queries(group, timeout_s))
+                    merged.append(merge_queries(self, group, timeout_s))
                 except RuntimeFailure as error:
                     log.error("defragmentation of %s: %s", group, error)
                     skipped.append({"queries": group, "error": str(error)})
             return {"queries_before": before, "queries_after": len(self.queries), "merged": merged, "skipped": skipped}
-
-    def _merge_queries(self, group: list[str], timeout_s: float) -> dict[str, Any]:
-        old = [self.queries[query_id] for query_id in group]
-        fragments = sorted(fragment for fragment, query_id in self.host.items() if query_id in group)
-        new_id = self._new_query_id(fragments[0])
-        host = {**self.host, **{fragment: new_id for fragment in fragments}}
-        plans = layouts(self.tasks, host, self.prefix)
-        plan = plans[new_id]
-        inside = {topic for query_id in group for _, topic in self.plans[query_id].outputs} - plan.sink_topics
-        external = plan.input_topics
-        if not external <= set().union(*(set(query.inputs) for query in old)) or external & inside:
-            raise RuntimeFailure(f"queries {group} cannot be merged: the merged query would read {sorted(external)}")
-        consumer = probe_consumer(self.bootstrap)
-        try:
-            cut = topic_end_offsets(consumer, sorted(external))
-            cut = {topic: {str(p): o for p, o in parts.items()} for topic, parts in cut.items()}
-            for query in old:
-                query.set_bound({topic: cut[topic] for topic in query.inputs if topic in external})
-            try:
-                self._drain(old, cut, inside, consumer, timeout_s)
-            except RuntimeFailure:
-                for query in old:
-                    query.set_bound(None)
-                raise
-        finally:
-            consumer.close()
-        for query in old:
-            query.stop()
-        states: dict[str, Any] = {}
-        for query in old:
-            for key, value in query.last_states().items():
-                states[key] = {**states.get(key, {}), **value} if key == REPLAYS_KEY else value
-        record = {"id": new_id, "site": plan.tasks[0].site, "fragments": sorted({task.fragment for task in plan.tasks}),
-                  "inputs": cut, "created_at": time.time(), "batch_base": 1, "merged_from": group}
-        query = self._make_query(record)
-        query.seed(states, old)
-        self._switch_records(add=record, remove=group)
-        try:
-            query.set_plan(self._query_plan(plan))
-            query.start()
-            query.wait_running()
-        except Exception as error:  # the old queries take over again from where they stopped
-            query.discard()
-            self._switch_records(add=None, remove=[new_id], restore=[self._records_of(group)])
-            for previous in old:
-                previous.set_bound(None)
-                previous.start()
-            raise RuntimeFailure(f"the merged query {new_id} did not start ({error}); {group} run again") from error
-        for query_id, previous in zip(group, old):
-            self.queries.pop(query_id, None)
-            self._records.pop(query_id, None)
-            previous.discard()
-            shutil.rmtree(self.checkpoint_root / query_id, ignore_errors=True)
-        self.queries[new_id] = query
-        self._records[new_id] = record
-        self.host, self.plans = host, plans
-        self._delete_unused_topics(internal_topics(plans.values()))
-        log.info("defragmentation: %s now run as %s", group, new_id)
-        return {"queries": group, "into": new_id, "fragments": record["fragments"]}
-
-    def _drain(self, queries: list[FragmentQuery], cut: dict[str, dict[str, str]], inside: set[str], consumer,
-               timeout_s: float) -> None:
-        """Wait until every query processed its inputs up to the cut and the taps between them to their ends."""
-        deadline = time.monotonic() + timeout_s
-        settled = 0
-        while time.monotonic() < deadline:
-            ends = topic_end_offsets(consumer, sorted(inside)) if inside else {}
-            target = {**cut, **{topic: {str(p): o for p, o in parts.items()} for topic, parts in ends.items()}}
-            done = all(
-                query.idle() and all(query.processed().get(topic, {}).get(p) == int(o)
-                                     for topic in query.inputs for p, o in target.get(topic, {}).items())
-                for query in queries
-            )
-            settled = settled + 1 if done else 0
-            if settled >= 2:  # twice in a row: no tap received more meanwhile
-                return
-            for query in queries:
-                if not query.alive():
-                    raise RuntimeFailure(f"query {query.id} died while draining: {query.error()}")
-            time.sleep(max(0.2, min(1.0, self.trigger_s / 2)))
-        raise RuntimeFailure(f"queries {[query.id for query in queries]} did not reach the cut within {timeout_s:.0f} s")
-
-    def _records_of(self, group: list[str]) -> list[dict[str, Any]]:
-        return [self._records[query_id] for query_id in group]
 
     def _switch_records(self, add: dict[str, Any] | None, remove: list[str],
                         restore: list[list[dict[str, Any]]] | None = None) -> None:

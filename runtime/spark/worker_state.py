@@ -115,11 +115,12 @@ class WorkerStateStore:
             return None
         return json.loads(metadata[META_KEY]) if META_KEY in metadata else None
 
-    def copy_latest(self, operator: str, target: "WorkerStateStore", version: int) -> int:
-        """Copy the newest version of every worker of ``operator`` into ``target`` as ``version``.
+    def copy_version(self, operator: str, version: int, target: "WorkerStateStore", as_version: int) -> int:
+        """Copy version ``version`` of every worker of ``operator`` into ``target`` as ``as_version``.
 
         How a defragmentation hands a keyed task's state to the query that takes
-        it over; returns the number of workers copied.
+        it over; returns the number of workers copied. Raises ``LookupError`` if
+        a worker has no such version (its state would not match the driver's).
         """
         fs, base = _filesystem(self.root)
         selector = pafs.FileSelector(f"{base}/{operator_dir(operator)}", allow_not_found=True)
@@ -128,10 +129,10 @@ class WorkerStateStore:
             if info.type != pafs.FileType.Directory or not info.base_name.startswith("w"):
                 continue
             worker = int(info.base_name[1:])
-            latest, table = self.load_before(operator, worker, 1 << 62)
-            if latest is None:
-                continue
-            target.save(operator, worker, version, table, self.meta(operator, worker, latest) or {})
+            found, table = self.load_before(operator, worker, version + 1)
+            if found != version:
+                raise LookupError(f"keyed operator {operator}: worker {worker} has no state version {version} (newest {found})")
+            target.save(operator, worker, as_version, table, self.meta(operator, worker, version) or {})
             copied += 1
         return copied
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from manager.service import Manager
@@ -64,29 +62,3 @@ def test_dataflows_submitted_with_sharing_on_stay_shared_after_it_is_turned_off(
     alone.remove(c.id)
     check_state(alone.state, {a.id: urban_etl("alerts-a"), b.id: urban_etl("alerts-b")})
 
-
-class CountingRuntime(DryRunRuntime):
-    """The dry-run runtime, counting the defragmentations the manager asks for."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.defragmented = threading.Event()
-        self.calls = 0
-
-    def defragment(self):
-        self.calls += 1
-        self.defragmented.set()
-        return {"queries_before": 0, "queries_after": 0, "merged": [], "skipped": []}
-
-
-def test_automatic_defragmentation_runs_after_every_nth_removal(redis_client, state_prefix):
-    runtime = CountingRuntime(redis_client, state_prefix)
-    manager = Manager(redis_client, state_prefix, runtime, defrag_after_removals=2)
-    manager.start()
-    ids = [manager.submit(urban_etl(f"alerts-{n}")).id for n in range(3)]
-    manager.remove(ids[0])
-    assert not runtime.defragmented.wait(0.5) and runtime.calls == 0
-    manager.remove(ids[1])
-    assert runtime.defragmented.wait(10) and runtime.calls == 1
-    manager.remove(ids[2])
-    assert runtime.calls == 1

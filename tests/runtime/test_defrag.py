@@ -69,3 +69,47 @@ def test_defragment_merges_tap_linked_queries_without_loss_or_repeats(manager_fa
     produce(kafka_bootstrap, urban, third)
     wait_sink(restarted, kafka_bootstrap, sink_a, expect_a(first + second + third))
     wait_counts(restarted, kafka_bootstrap, sink_c, first + second + third)
+
+
+def third_source_over_both(topic: str, other_topic: str, third_topic: str, sink: str) -> dict:
+    """Reads hot-counts' union ("both", in the second query) and a third topic: a third query, a chain of taps."""
+    return {
+        "name": "three-ways",
+        "tasks": [source("src", topic, dict(URBAN)), task("hot", "filter", expr="temp > 30"),
+                  source("src2", other_topic, dict(URBAN)), task("cold", "filter", expr="temp < 10"),
+                  task("both", "union"), source("src3", third_topic, dict(URBAN)),
+                  task("mild", "filter", expr="temp BETWEEN 10 AND 30"), task("all3", "union"),
+                  task("out", "sink", topic=sink)],
+        "streams": [stream("src", "hot"), stream("src2", "cold"), stream("hot", "both"), stream("cold", "both"),
+                    stream("src3", "mild"), stream("both", "all3"), stream("mild", "all3"), stream("all3", "out")],
+    }
+
+
+def test_a_chain_of_three_queries_becomes_one_and_a_failed_drain_changes_nothing(manager_factory, kafka_bootstrap,
+                                                                                topic_factory):
+    manager = manager_factory(trigger_s=0.5)
+    urban, humid, third = topic_factory("urban"), topic_factory("humid"), topic_factory("third")
+    sink_a, sink_c, sink_d = f"{urban}-a", f"{urban}-c", f"{urban}-d"
+    manager.submit(flow_a(urban, sink_a))
+    manager.submit(hot_counts(urban, humid, sink_c))
+    manager.submit(third_source_over_both(urban, humid, third, sink_d))
+    assert len(manager.runtime.queries) == 3
+    first, second = urban_records(0, 300), urban_records(300, 300)
+    mild = urban_records(10_000, 200, seed=3)
+    produce(kafka_bootstrap, urban, first)
+    produce(kafka_bootstrap, third, mild)
+    wait_sink(manager, kafka_bootstrap, sink_a, expect_a(first))
+
+    runs = {query.id: query.query.runId for query in manager.runtime.queries.values()}
+    failed = manager.runtime.defragment(timeout_s=0)  # cannot drain in no time: the group stays as it was
+    assert failed["merged"] == [] and len(failed["skipped"]) == 1 and "did not reach the cut" in failed["skipped"][0]["error"]
+    assert {query.id: query.query.runId for query in manager.runtime.queries.values()} == runs
+    assert not any(query.bound_file.exists() for query in manager.runtime.queries.values())
+
+    produce(kafka_bootstrap, urban, second)
+    report = manager.defragment()
+    assert (report["queries_before"], report["queries_after"]) == (3, 1) and len(report["merged"][0]["queries"]) == 3
+    wait_sink(manager, kafka_bootstrap, sink_a, expect_a(first + second))
+    wait_counts(manager, kafka_bootstrap, sink_c, first + second)
+    hot = [r for r in first + second if r["temp"] > 30]
+    wait_sink(manager, kafka_bootstrap, sink_d, hot + [r for r in mild if 10 <= r["temp"] <= 30])
