@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,7 +47,8 @@ class RealService:
     """``sana up`` with Spark and its embedded broker, fed at ``rate`` records/s per source topic."""
 
     def __init__(self, run_dir: Path, *, sharing: bool, redis_url: str, records: Callable[[str, int], Callable],
-                 master: str = "local[2]", rate: float = 10.0, settle_s: float = 5.0, measure_s: float = 20.0) -> None:
+                 master: str = "local[2]", rate: float = 10.0, settle_s: float = 5.0, measure_s: float = 20.0,
+                 trigger_s: float = 1.0, keyed_workers: int = 8) -> None:
         """``records(topic, seed)`` gives ``make(i, at)``, the ``i``-th input record of a source topic."""
         self.run_dir = run_dir
         self.records = records
@@ -62,7 +64,8 @@ class RealService:
         run_dir.mkdir(parents=True, exist_ok=True)
         env = {key: value for key, value in os.environ.items() if not key.startswith("SANA_")}
         env.update(SANA_STATE_PREFIX=self.prefix, SANA_REDIS_URL=redis_url, SANA_SHARING="1" if sharing else "0",
-                   SANA_SPARK_MASTER=master, SANA_EMBEDDED_KAFKA_PORT=str(self.broker_port),
+                   SANA_SPARK_MASTER=master, SANA_TRIGGER_S=str(trigger_s),
+                   SANA_KEYED_WORKERS=str(keyed_workers), SANA_EMBEDDED_KAFKA_PORT=str(self.broker_port),
                    SANA_CHECKPOINT_DIR=str(run_dir / "checkpoints"), SANA_RUN_DIR=str(run_dir / "run"))
         self.log_path = run_dir / "sana-up.log"
         self._log = open(self.log_path, "ab")
@@ -142,6 +145,12 @@ class RealService:
         if response.status_code != 200:
             raise RuntimeError(f"DELETE /dataflows/{dataflow_id}: {response.status_code} {response.text[:500]}")
 
+    def defragment(self) -> dict[str, Any]:
+        response = self.client.post("/runtime/defrag")
+        if response.status_code != 200:
+            raise RuntimeError(f"POST /runtime/defrag: {response.status_code} {response.text[:500]}")
+        return response.json()
+
     def measure_step(self) -> dict[str, Any]:
         time.sleep(self.settle_s)
         began, cpu_before = time.monotonic(), process_tree_cpu_s(self.process.pid)
@@ -220,3 +229,237 @@ class RealService:
             delete_prefix(client, self.prefix)
         finally:
             client.close()
+
+
+# -- one trace on the real service ------------------------------------------------------------
+
+
+RETRIES = 3
+
+
+def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, sharing: bool, run_dir: Path,
+              redis_url: str, records: Callable[[str, int], Callable], rate: float, settle_s: float, measure_s: float,
+              master: str, trigger_s: float, keyed_workers: int, label: str,
+              checkpoint: Callable[[dict[str, Any]], None] = lambda partial: None) -> dict[str, Any]:
+    """Every step of ``steps`` (``("add" | "remove" | "defrag", index into documents)``) through a fresh service.
+
+    A change the service refuses (it says nothing changed) is tried again up to
+    ``RETRIES`` times, as a client would; the failures are recorded in the step.
+    ``checkpoint`` gets the partial result after every step.
+    """
+    from benchmarks.measure import Progress
+
+    progress = Progress(every=30.0)
+    service = RealService(run_dir, sharing=sharing, redis_url=redis_url, records=records, master=master, rate=rate,
+                          settle_s=settle_s, measure_s=measure_s, trigger_s=trigger_s, keyed_workers=keyed_workers)
+    running: dict[int, str] = {}
+    rows = []
+    began = time.monotonic()
+    try:
+        for number, (action, index) in enumerate(steps, start=1):
+            started, failures, outcome = time.monotonic(), [], None
+            for _ in range(RETRIES):
+                try:
+                    if action == "add":
+                        running[index] = service.submit(documents[index])
+                    elif action == "remove":
+                        service.remove(running[index])
+                        running.pop(index)
+                    else:
+                        outcome = service.defragment()
+                    break
+                except RuntimeError as error:
+                    failures.append(str(error))
+                    time.sleep(10)
+            else:
+                raise RuntimeError(f"{label}: step {number} ({action} {index}) failed {RETRIES} times: {failures}")
+            change_s = time.monotonic() - started
+            row = {"step": number, "action": action, "dataflow": index, "running_dataflows": len(running),
+                   "change_s": round(change_s, 2), "failures": failures, "at": round(time.monotonic() - began, 1),
+                   **service.measure_step()}
+            if outcome is not None:
+                row["defrag"] = outcome
+            rows.append(row)
+            checkpoint({"label": label, "sharing": sharing, "steps": rows, "partial": True})
+            progress.say(f"{label}: step {number}/{len(steps)} {action} {index}: {row['running_tasks']} tasks, "
+                         f"{row['queries']} queries, {row['cores']:.2f} cores ({time.monotonic() - began:.0f} s)",
+                         force=number == len(steps))
+        sinks = service.check_sinks()
+    finally:
+        service.close()
+    return {"label": label, "sharing": sharing, "steps": rows, "sinks": sinks,
+            "produced": dict(service.produced), "seconds": round(time.monotonic() - began, 1)}
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+MARKERS = ("<!-- reuse real: begin -->", "<!-- reuse real: end -->")
+DEFRAG_MARKERS = ("<!-- reuse defrag: begin -->", "<!-- reuse defrag: end -->")
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per metric: peak and step-mean alone vs with reuse, and the reduction (the paper's way of reporting)."""
+    runs = results["runs"]
+    rows = []
+    for metric, label in (("running_tasks", "running tasks"), ("queries", "Spark queries"), ("cores", "cores (process tree)"),
+                          ("kafka_bytes_per_s", "Kafka bytes/s written")):
+        alone = [step[metric] for step in runs["alone"]["steps"]]
+        reuse = [step[metric] for step in runs["reuse"]["steps"]]
+        peak_a, peak_r, mean_a, mean_r = max(alone), max(reuse), _mean(alone), _mean(reuse)
+        rows.append({"metric": label, "peak_alone": peak_a, "peak_reuse": peak_r,
+                     "peak_cut": 100 * (1 - peak_r / peak_a) if peak_a else 0.0,
+                     "mean_alone": mean_a, "mean_reuse": mean_r,
+                     "mean_cut": 100 * (1 - mean_r / mean_a) if mean_a else 0.0})
+    return rows
+
+
+def markdown(results: dict[str, Any]) -> str:
+    def cell(value: float) -> str:
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+
+    lines = [f"RIoT, SEQ ({results['apps']} apps, seed {results['seed']}), `{results['master']}`, "
+             f"{results['rate']:g} records/s per source, trigger {results['trigger_s']:g} s, each step measured over "
+             f"{results['measure_s']:g} s after {results['settle_s']:g} s:", "",
+             "| metric | peak alone | peak reuse | cut | step mean alone | step mean reuse | cut |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in summary(results):
+        lines.append(f"| {row['metric']} | {cell(row['peak_alone'])} | {cell(row['peak_reuse'])} | {row['peak_cut']:.0f}% | "
+                     f"{cell(row['mean_alone'])} | {cell(row['mean_reuse'])} | {row['mean_cut']:.0f}% |")
+    sinks = {mode: run["sinks"] for mode, run in results["runs"].items()}
+    for mode, checked in sinks.items():
+        written = sum(sink["records"] for sink in checked.values())
+        repeated = sum(sink["repeated"] for sink in checked.values())
+        lines.append("")
+        lines.append(f"Sinks, {mode}: {len(checked)} topics, {written:,} records, {repeated} repeated (writer, batch, seq) names.")
+    return "\n".join(lines)
+
+
+def defrag_markdown(results: dict[str, Any]) -> str:
+    """Every defragmentation step: queries and cores of the step before and after it, what it merged."""
+    lines = ["| mode | after step | dataflows running | queries before -> after | cores before -> after | merged |",
+             "|---|---:|---:|---:|---:|---|"]
+    for mode, run in results["runs"].items():
+        steps = run["steps"]
+        for before, step in zip(steps, steps[1:]):
+            if step["action"] != "defrag":
+                continue
+            merged = "; ".join(f"{' + '.join(group['queries'])} -> {group['into']}" for group in step["defrag"]["merged"])
+            skipped = "; ".join(f"left {' + '.join(group['queries'])}: {group['error']}" for group in step["defrag"]["skipped"])
+            lines.append(f"| {mode} | {before['step']} | {step['running_dataflows']} | {before['queries']} -> {step['queries']} | "
+                         f"{before['cores']:.2f} -> {step['cores']:.2f} | {merged or skipped or 'nothing to merge'} |")
+    return "\n".join(lines)
+
+
+def _between(page: str, markers: tuple[str, str], text: str) -> str:
+    begin, end = page.index(markers[0]) + len(markers[0]), page.index(markers[1])
+    return page[:begin] + "\n" + text + "\n" + page[end:]
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for axis, metric, title in zip(axes, ("running_tasks", "queries", "cores"),
+                                   ("running tasks (Fig. 2d)", "Spark queries", "cores used (Fig. 3d)")):
+        for mode, colour in (("alone", "tab:red"), ("reuse", "tab:blue")):
+            steps = results["runs"][mode]["steps"]
+            axis.plot([step["step"] for step in steps], [step[metric] for step in steps], color=colour,
+                      label="alone (SANA_SHARING=0)" if mode == "alone" else "reuse")
+        for step in results["runs"]["reuse"]["steps"]:
+            if step["action"] == "defrag":
+                axis.axvline(step["step"], color="grey", linestyle=":", linewidth=1)
+        axis.set_title(title)
+        axis.set_xlabel("step (dotted: sana defrag)")
+        axis.grid(alpha=0.3)
+    axes[0].legend()
+    figure.suptitle("RIoT SEQ on Spark + Kafka, 2 cores")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def report(path: Path, docs: Path | None) -> str:
+    results = json.loads(path.read_text())
+    text, defrag = markdown(results), defrag_markdown(results)
+    plot(results, Path("docs/img/reuse_real_riot_seq.png"))
+    if docs is not None:
+        page = _between(docs.read_text(), MARKERS, text + "\n\n![RIoT SEQ on the real runtime](img/reuse_real_riot_seq.png)")
+        docs.write_text(_between(page, DEFRAG_MARKERS, defrag))
+    return text + "\n\n" + defrag
+
+
+def with_defrag(steps: list[tuple[str, int]], every: int) -> list[tuple[str, int]]:
+    """``steps`` with a ``("defrag", -1)`` step after every ``every``-th removal (none when ``every`` is 0).
+
+    >>> with_defrag([("add", 0), ("add", 1), ("remove", 1), ("remove", 0)], 1)
+    [('add', 0), ('add', 1), ('remove', 1), ('defrag', -1), ('remove', 0), ('defrag', -1)]
+    """
+    result, removed = [], 0
+    for step in steps:
+        result.append(step)
+        if step[0] == "remove" and every:
+            removed += 1
+            if removed % every == 0:
+                result.append(("defrag", -1))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from benchmarks.riot import riot_dataflow
+    from benchmarks.riot_records import record_maker
+    from benchmarks.traces import sequential
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--apps", type=int, default=21)
+    parser.add_argument("--seed", type=int, default=0, help="trace seed")
+    parser.add_argument("--modes", default="alone,reuse")
+    parser.add_argument("--rate", type=float, default=10.0, help="records/s per source topic (paper: 10)")
+    parser.add_argument("--trigger", type=float, default=10.0, help="SANA_TRIGGER_S of the service")
+    parser.add_argument("--keyed-workers", type=int, default=2, help="SANA_KEYED_WORKERS of the service")
+    parser.add_argument("--settle", type=float, default=5.0)
+    parser.add_argument("--measure", type=float, default=20.0)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--defrag-every", type=int, default=5,
+                        help="during the drain, defragment after every N removals (0: never)")
+    parser.add_argument("--run-dir", type=Path, default=Path("/tmp/sana-reuse-real"), help="logs and checkpoints")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/reuse-real-riot-seq.json"))
+    parser.add_argument("--report", action="store_true", help="only redraw the table and plot from --out")
+    parser.add_argument("--write-docs", action="store_true", help="with --report: write the table into docs/reuse.md")
+    args = parser.parse_args(argv)
+    if args.report:
+        print(report(args.out, Path("docs/reuse.md") if args.write_docs else None))
+        return 0
+    documents = [riot_dataflow(number) for number in range(args.apps)]
+    steps = with_defrag(sequential(len(documents), args.seed), args.defrag_every)
+    results = {"workload": "riot", "apps": args.apps, "trace": "seq", "seed": args.seed, "rate": args.rate,
+               "trigger_s": args.trigger, "keyed_workers": args.keyed_workers, "settle_s": args.settle, "measure_s": args.measure, "master": args.master,
+               "defrag_every": args.defrag_every, "runs": {}}
+
+    def save(mode: str, run: dict[str, Any]) -> None:
+        results["runs"][mode] = run
+        args.out.write_text(json.dumps(results, indent=1))
+
+    for mode in args.modes.split(","):
+        run_dir = args.run_dir / mode
+        shutil.rmtree(run_dir, ignore_errors=True)
+        save(mode, run_trace(documents, steps, sharing=mode == "reuse", run_dir=run_dir, redis_url=args.redis_url,
+                             records=record_maker, rate=args.rate, settle_s=args.settle, measure_s=args.measure,
+                             master=args.master, trigger_s=args.trigger, keyed_workers=args.keyed_workers,
+                             label=f"riot seq {mode}",
+                             checkpoint=lambda partial, mode=mode: save(mode, partial)))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
