@@ -429,7 +429,7 @@ def markdown(results: dict[str, Any]) -> str:
                      f"{_reduction(row['peak_reduction'])} | {alone['mean']:.1f} / {reuse['mean']:.1f} | "
                      f"{_reduction(row['mean_reduction'])} | {walk_dataflows} | {walk_range} | {walk_reduction} | "
                      f"{PAPER_TASKS.get(key, '')} |")
-    lines += ["", "Fragments (one Spark query each in the real runtime), alone vs reuse.", "",
+    lines += ["", "Fragments, alone vs reuse (the real runtime runs a new fragment inside a running query when it has no source of its own and reads one query; see the queries measured below).", "",
               "| workload | trace | peak alone / reuse | mean alone / reuse | mean change |", "|---|---|---:|---:|---:|"]
     for key in keys:
         alone, reuse = summary[key]["alone"], summary[key]["reuse"]
