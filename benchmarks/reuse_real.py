@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.targets import delete_prefix, free_port, redis_client
+from benchmarks.targets import delete_prefix, free_port, redis_client, wait_healthy
 from runtime.costs import process_tree_cpu_s
 
 START_TIMEOUT_S = 180.0
@@ -76,20 +76,7 @@ class RealService:
         self._producers: dict[str, threading.Thread] = {}
         self.produced: Counter[str] = Counter()
         self.sinks: set[str] = set()
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"sana up exited with {self.process.returncode}; see {self.log_path}")
-            try:
-                if self.client.get("/healthz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"sana up did not become healthy within {START_TIMEOUT_S:.0f} s; see {self.log_path}")
+        wait_healthy(self.process, self.client, self.log_path, START_TIMEOUT_S, pause_s=0.5)
 
     # -- sources -------------------------------------------------------------------------
 

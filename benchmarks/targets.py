@@ -111,6 +111,22 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def wait_healthy(process: subprocess.Popen, client: httpx.Client, log_path: Path, timeout_s: float,
+                 pause_s: float) -> None:
+    """Return once ``sana up`` (``process``) answers 200 on ``/healthz``; raise if it exits or takes too long."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"sana up exited with {process.returncode}; see {log_path}")
+        try:
+            if client.get("/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(pause_s)
+    raise RuntimeError(f"sana up did not answer on {client.base_url} within {timeout_s:.0f} s; see {log_path}")
+
+
 class HttpTarget:
     """``sana up --dry-run`` started as a subprocess, driven by one keep-alive httpx client."""
 
@@ -133,17 +149,7 @@ class HttpTarget:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"sana up exited with {self.process.returncode}; see {self.log_path}")
-            try:
-                if self.client.get("/healthz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"sana up did not answer on {self.base_url} within {SERVER_START_TIMEOUT_S:.0f} s")
+        wait_healthy(self.process, self.client, self.log_path, SERVER_START_TIMEOUT_S, pause_s=0.2)
 
     def submit(self, document: dict[str, Any], body: bytes) -> Submitted:
         start = time.perf_counter()
