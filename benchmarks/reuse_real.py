@@ -31,6 +31,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -280,8 +281,9 @@ def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, 
 
 # -- the report ---------------------------------------------------------------------------------
 
-MARKERS = ("<!-- reuse real: begin -->", "<!-- reuse real: end -->")
-DEFRAG_MARKERS = ("<!-- reuse defrag: begin -->", "<!-- reuse defrag: end -->")
+def markers(kind: str, trace: str) -> tuple[str, str]:
+    """The comments in docs/reuse.md between which a trace's ``kind`` (``real`` or ``defrag``) table goes."""
+    return f"<!-- reuse {kind} {trace}: begin -->", f"<!-- reuse {kind} {trace}: end -->"
 
 
 def _mean(values: list[float]) -> float:
@@ -304,20 +306,33 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def markdown(results: dict[str, Any]) -> str:
-    def cell(value: float) -> str:
-        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+def _cell(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
 
-    lines = [f"RIoT, SEQ ({results['apps']} apps, seed {results['seed']}), `{results['master']}`, "
-             f"{results['rate']:g} records/s per source, trigger {results['trigger_s']:g} s, each step measured over "
-             f"{results['measure_s']:g} s after {results['settle_s']:g} s:", "",
-             "| metric | peak alone | peak reuse | cut | step mean alone | step mean reuse | cut |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for row in summary(results):
-        lines.append(f"| {row['metric']} | {cell(row['peak_alone'])} | {cell(row['peak_reuse'])} | {row['peak_cut']:.0f}% | "
-                     f"{cell(row['mean_alone'])} | {cell(row['mean_reuse'])} | {row['mean_cut']:.0f}% |")
-    sinks = {mode: run["sinks"] for mode, run in results["runs"].items()}
-    for mode, checked in sinks.items():
+
+def markdown(results: dict[str, Any]) -> str:
+    """The run's settings, the alone-vs-reuse table when both modes ran (else the one mode's means), the sink check."""
+    runs = results["runs"]
+    lines = [f"RIoT, {results['trace'].upper()} ({results['apps']} apps, trace seed {results['seed']}"
+             f"{', walk of ' + str(results['walk_steps']) + ' steps' if results['trace'] != 'seq' else ''}), "
+             f"`{results['master']}`, {results['rate']:g} records/s per source, trigger {results['trigger_s']:g} s, "
+             f"each step measured over {results['measure_s']:g} s after {results['settle_s']:g} s:", ""]
+    if {"alone", "reuse"} <= set(runs):
+        lines += ["| metric | peak alone | peak reuse | cut | step mean alone | step mean reuse | cut |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for row in summary(results):
+            lines.append(f"| {row['metric']} | {_cell(row['peak_alone'])} | {_cell(row['peak_reuse'])} | {row['peak_cut']:.0f}% | "
+                         f"{_cell(row['mean_alone'])} | {_cell(row['mean_reuse'])} | {row['mean_cut']:.0f}% |")
+    else:
+        lines += ["| mode | steps | peak tasks | mean tasks | peak queries | mean queries | mean cores |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for mode, run in runs.items():
+            steps = run["steps"]
+            lines.append(f"| {mode} | {len(steps)} | {max(s['running_tasks'] for s in steps)} | "
+                         f"{_mean([s['running_tasks'] for s in steps]):.1f} | {max(s['queries'] for s in steps)} | "
+                         f"{_mean([s['queries'] for s in steps]):.1f} | {_mean([s['cores'] for s in steps]):.2f} |")
+    for mode, run in runs.items():
+        checked = run.get("sinks") or {}
         written = sum(sink["records"] for sink in checked.values())
         repeated = sum(sink["repeated"] for sink in checked.values())
         lines.append("")
@@ -354,19 +369,21 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     figure, axes = plt.subplots(1, 3, figsize=(15, 4))
     for axis, metric, title in zip(axes, ("running_tasks", "queries", "cores"),
-                                   ("running tasks (Fig. 2d)", "Spark queries", "cores used (Fig. 3d)")):
+                                   ("running tasks (Fig. 2)", "Spark queries", "cores used (Fig. 3)")):
         for mode, colour in (("alone", "tab:red"), ("reuse", "tab:blue")):
+            if mode not in results["runs"]:
+                continue
             steps = results["runs"][mode]["steps"]
             axis.plot([step["step"] for step in steps], [step[metric] for step in steps], color=colour,
                       label="alone (SANA_SHARING=0)" if mode == "alone" else "reuse")
-        for step in results["runs"]["reuse"]["steps"]:
-            if step["action"] == "defrag":
-                axis.axvline(step["step"], color="grey", linestyle=":", linewidth=1)
+            for step in steps:
+                if step["action"] == "defrag":
+                    axis.axvline(step["step"], color="grey", linestyle=":", linewidth=1)
         axis.set_title(title)
         axis.set_xlabel("step (dotted: sana defrag)")
         axis.grid(alpha=0.3)
     axes[0].legend()
-    figure.suptitle("RIoT SEQ on Spark + Kafka, 2 cores")
+    figure.suptitle(f"RIoT {results['trace'].upper()} on Spark + Kafka, 2 cores")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -374,11 +391,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def report(path: Path, docs: Path | None) -> str:
     results = json.loads(path.read_text())
+    results.setdefault("trace", "seq")
+    trace = results["trace"]
     text, defrag = markdown(results), defrag_markdown(results)
-    plot(results, Path("docs/img/reuse_real_riot_seq.png"))
+    image = f"reuse_real_riot_{trace}.png"
+    plot(results, Path("docs/img") / image)
     if docs is not None:
-        page = _between(docs.read_text(), MARKERS, text + "\n\n![RIoT SEQ on the real runtime](img/reuse_real_riot_seq.png)")
-        docs.write_text(_between(page, DEFRAG_MARKERS, defrag))
+        page = _between(docs.read_text(), markers("real", trace), f"{text}\n\n![RIoT {trace.upper()} on the real runtime](img/{image})")
+        docs.write_text(_between(page, markers("defrag", trace), defrag))
     return text + "\n\n" + defrag
 
 
@@ -401,13 +421,13 @@ def with_defrag(steps: list[tuple[str, int]], every: int) -> list[tuple[str, int
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from benchmarks.riot import riot_dataflow
+    from benchmarks.reuse import TRACES, workloads
     from benchmarks.riot_records import record_maker
-    from benchmarks.traces import sequential
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--apps", type=int, default=21)
-    parser.add_argument("--seed", type=int, default=0, help="trace seed")
+    parser.add_argument("--trace", choices=sorted(TRACES), default="seq", help="the dry run's traces (benchmarks.reuse)")
+    parser.add_argument("--seed", type=int, default=None, help="trace seed (default: the dry run's)")
+    parser.add_argument("--walk-steps", type=int, default=None, help="random walks: steps of the walk (default: the dry run's)")
     parser.add_argument("--modes", default="alone,reuse")
     parser.add_argument("--rate", type=float, default=10.0, help="records/s per source topic (paper: 10)")
     parser.add_argument("--trigger", type=float, default=10.0, help="SANA_TRIGGER_S of the service")
@@ -417,24 +437,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--defrag-every", type=int, default=5,
-                        help="during the drain, defragment after every N removals (0: never)")
+                        help="defragment after every N removals (0: never)")
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/sana-reuse-real"), help="logs and checkpoints")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/reuse-real-riot-seq.json"))
+    parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/reuse-real-riot-TRACE.json")
     parser.add_argument("--report", action="store_true", help="only redraw the table and plot from --out")
     parser.add_argument("--write-docs", action="store_true", help="with --report: write the table into docs/reuse.md")
     args = parser.parse_args(argv)
+    out = args.out or Path(f"benchmarks/results/reuse-real-riot-{args.trace}.json")
     if args.report:
-        print(report(args.out, Path("docs/reuse.md") if args.write_docs else None))
+        print(report(out, Path("docs/reuse.md") if args.write_docs else None))
         return 0
-    documents = [riot_dataflow(number) for number in range(args.apps)]
-    steps = with_defrag(sequential(len(documents), args.seed), args.defrag_every)
-    results = {"workload": "riot", "apps": args.apps, "trace": "seq", "seed": args.seed, "rate": args.rate,
-               "trigger_s": args.trigger, "keyed_workers": args.keyed_workers, "settle_s": args.settle, "measure_s": args.measure, "master": args.master,
-               "defrag_every": args.defrag_every, "runs": {}}
+    workload = workloads()["riot"]
+    spec = TRACES[args.trace]
+    spec = replace(spec, seed=spec.seed if args.seed is None else args.seed,
+                   walk_steps=spec.walk_steps if args.walk_steps is None else args.walk_steps)
+    documents = workload.documents
+    steps = with_defrag(spec.steps(workload), args.defrag_every)
+    results = {"workload": "riot", "apps": len(documents), "trace": args.trace, "seed": spec.seed,
+               "walk_steps": spec.walk_steps, "rate": args.rate, "trigger_s": args.trigger,
+               "keyed_workers": args.keyed_workers, "settle_s": args.settle, "measure_s": args.measure,
+               "master": args.master, "defrag_every": args.defrag_every, "runs": {}}
 
     def save(mode: str, run: dict[str, Any]) -> None:
         results["runs"][mode] = run
-        args.out.write_text(json.dumps(results, indent=1))
+        out.write_text(json.dumps(results, indent=1))
 
     for mode in args.modes.split(","):
         run_dir = args.run_dir / mode
@@ -442,9 +468,9 @@ def main(argv: list[str] | None = None) -> int:
         save(mode, run_trace(documents, steps, sharing=mode == "reuse", run_dir=run_dir, redis_url=args.redis_url,
                              records=record_maker, rate=args.rate, settle_s=args.settle, measure_s=args.measure,
                              master=args.master, trigger_s=args.trigger, keyed_workers=args.keyed_workers,
-                             label=f"riot seq {mode}",
+                             label=f"riot {args.trace} {mode}",
                              checkpoint=lambda partial, mode=mode: save(mode, partial)))
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     return 0
 
 

@@ -14,7 +14,7 @@ from benchmarks.riot import riot_workload
 from manager.validate import parse_dataflow
 
 
-@pytest.mark.parametrize("name", ["benchmarks.opmw", "benchmarks.traces", "benchmarks.reuse"])
+@pytest.mark.parametrize("name", ["benchmarks.opmw", "benchmarks.traces", "benchmarks.reuse", "benchmarks.reuse_real"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
@@ -192,3 +192,43 @@ def test_riot_sequential_trace_on_the_dry_run_manager(redis_client, state_prefix
     text = reuse.markdown(results)
     assert f"| riot | seq | 42 | {submitted} / {distinct} |" in text
     assert "running tasks equal the optimum at every step (" in text and "**no**" not in text
+
+
+# -- the real runner's report (pure: from a results document) ---------------------------------
+
+
+def _real_step(step: int, action: str, tasks: int, queries: int, cores: float, **extra: Any) -> dict[str, Any]:
+    return {"step": step, "action": action, "running_tasks": tasks, "queries": queries, "cores": cores,
+            "kafka_bytes_per_s": 1000.0, "running_dataflows": 1, **extra}
+
+
+def _real_results(modes: dict[str, list[dict[str, Any]]], trace: str = "seq") -> dict[str, Any]:
+    return {"trace": trace, "apps": 2, "seed": 0, "walk_steps": 40, "master": "local[2]", "rate": 10.0,
+            "trigger_s": 10.0, "settle_s": 5.0, "measure_s": 20.0,
+            "runs": {mode: {"steps": steps, "sinks": {"out": {"records": 10, "repeated": 0}}} for mode, steps in modes.items()}}
+
+
+def test_real_report_compares_peaks_and_step_means_of_both_modes():
+    from benchmarks.reuse_real import markdown, summary
+
+    results = _real_results({"alone": [_real_step(1, "add", 10, 2, 1.0), _real_step(2, "add", 20, 4, 2.0)],
+                             "reuse": [_real_step(1, "add", 10, 1, 1.0), _real_step(2, "add", 15, 1, 1.0)]})
+    rows = {row["metric"]: row for row in summary(results)}
+    assert rows["running tasks"]["peak_cut"] == pytest.approx(25.0)
+    assert rows["running tasks"]["mean_cut"] == pytest.approx(100 * (1 - 12.5 / 15))
+    assert rows["cores (process tree)"]["mean_cut"] == pytest.approx(100 * (1 - 1.0 / 1.5))
+    text = markdown(results)
+    assert "| running tasks | 20.00 | 15.00 | 25% |" in text
+    assert "Sinks, reuse: 1 topics, 10 records, 0 repeated" in text
+
+
+def test_real_report_of_one_mode_and_its_defrag_steps():
+    from benchmarks.reuse_real import defrag_markdown, markdown
+
+    defrag = {"merged": [{"queries": ["q1", "q2"], "into": "q3"}], "skipped": []}
+    results = _real_results({"reuse": [_real_step(1, "remove", 10, 2, 1.5), _real_step(2, "defrag", 10, 1, 1.25, defrag=defrag)]},
+                            trace="rw1")
+    text = markdown(results)
+    assert "RIoT, RW1 (2 apps, trace seed 0, walk of 40 steps)" in text
+    assert "| reuse | 2 | 10 | 10.0 | 2 | 1.5 | 1.38 |" in text
+    assert "| reuse | 1 | 1 | 2 -> 1 | 1.50 -> 1.25 | q1 + q2 -> q3 |" in defrag_markdown(results)
