@@ -41,6 +41,7 @@ from runtime.plan import TaskSpec
 from runtime.spark.builders import encode_sql, literal, parse_sql
 from runtime.spark.replays import replays
 from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
+from runtime.spark.keyed_operator import NOT_SCANNED, max_of_each
 from runtime.spark.state import StateStore
 from runtime.spark.worker_state import WorkerStateStore
 
@@ -299,26 +300,32 @@ class FragmentQuery:
             internal = f"{token}_raw"
             if plan.reads:
                 internal = self._drop_replays(session, token, set(plan.reads.values()), states, new_states, views)
-            for task in plan.tasks:
-                if task.type == "source":
-                    define(task.id, parse_sql(f"{token}_raw", task.config["topic"], task.schema),
-                           materialize=consumers.get(task.id, 0) > 1)
-                    continue
-                spec = get_operator(task.type)
-                inputs: dict[str, list[str]] = {port.name: [] for port in spec.ports}
+            def inputs_of(task: TaskSpec) -> dict[str, list[str]]:
+                """Per port, the CTE names of the task's inputs (an input read from a tap is defined here)."""
+                inputs: dict[str, list[str]] = {port.name: [] for port in get_operator(task.type).ports}
                 for port, parent in task.inputs:
                     if parent not in names:
                         define(parent, parse_sql(internal, plan.reads[parent], plan.schemas[parent]),
                                materialize=consumers.get(parent, 0) > 1)
                     inputs[port].append(names[parent])
+                return inputs
+
+            def build(task: TaskSpec, scanned: Any = NOT_SCANNED) -> None:
+                if task.type == "source":
+                    define(task.id, parse_sql(f"{token}_raw", task.config["topic"], task.schema),
+                           materialize=consumers.get(task.id, 0) > 1)
+                    return
+                inputs = inputs_of(task)
                 operator = keyed.get(task.id)
                 if operator is None:
-                    define(task.id, spec.builder["spark_sql"](task, inputs), tuple(name for port in inputs.values() for name in port))
-                    continue
+                    builder = get_operator(task.type).builder["spark_sql"]
+                    define(task.id, builder(task, inputs), tuple(name for port in inputs.values() for name in port))
+                    return
                 relations = {port: [ctes.statement(f"SELECT * FROM {name}", [name]) for name in sources]
                              for port, sources in inputs.items()}
                 state = states.get(task.id) or operator.initial_state()
-                output, planned_keyed[task.id] = operator.plan(session, batch_id, relations, state, self._worker_store)
+                output, planned_keyed[task.id] = operator.plan(session, batch_id, relations, state, self._worker_store,
+                                                               scanned)
                 if consumers.get(task.id, 0) > 1 or task.id in feeds_keyed:  # run the shuffle once per batch
                     output = output.persist()
                     cached.append(output)
@@ -326,6 +333,29 @@ class FragmentQuery:
                 output.createOrReplaceTempView(view)
                 views.append(view)
                 define(task.id, f"SELECT * FROM {view}")
+
+            # First what no keyed output feeds; then one job answers the scans of the keyed operators it feeds
+            # (a window's largest event time), instead of a job per operator; then the rest, in plan order.
+            after_keyed = _after_keyed(plan.tasks, keyed)
+            for task in plan.tasks:
+                if task.id not in keyed and task.id not in after_keyed:
+                    build(task)
+            scans: dict[str, tuple[str, list[str]]] = {}
+            for task in plan.tasks:
+                if task.id in keyed and task.id not in after_keyed:
+                    inputs = inputs_of(task)
+                    bare = {port: [f"SELECT * FROM {name}" for name in sources] for port, sources in inputs.items()}
+                    query = keyed[task.id].scan_sql(bare, states.get(task.id) or keyed[task.id].initial_state())
+                    if query is not None:
+                        scans[task.id] = (query, [name for sources in inputs.values() for name in sources])
+            scanned: dict[str, Any] = {}
+            if scans:
+                reads = [name for _, names_read in scans.values() for name in names_read]
+                row = session.sql(ctes.statement(max_of_each([query for query, _ in scans.values()]), reads)).first()
+                scanned = dict(zip(scans, row))
+            for task in plan.tasks:
+                if task.id not in names:
+                    build(task, scanned.get(task.id, NOT_SCANNED))
             union = " UNION ALL ".join(encode_sql(names[task_id], topic) for task_id, topic in plan.outputs)
             output = session.sql(ctes.statement(union, [names[task_id] for task_id, _ in plan.outputs]))
             headers = [("sana.writer", self.id.encode()), ("sana.run", self.run.encode()), ("sana.batch", str(batch_id).encode())]
@@ -538,6 +568,21 @@ class _Ctes:
                 pending.extend(self._defined[name][1])
         clauses = [f"{name} AS ({body})" for name, (body, _) in self._defined.items() if name in needed]
         return f"WITH {', '.join(clauses)} {query}" if clauses else query
+
+
+def _after_keyed(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any]) -> set[str]:
+    """Ids of the tasks (in plan order) that read a keyed task's output, directly or not.
+
+    >>> from types import SimpleNamespace as T
+    >>> _after_keyed([T(id="s", inputs=[]), T(id="w", inputs=[("in", "s")]), T(id="f", inputs=[("in", "w")]),
+    ...               T(id="g", inputs=[("in", "s")])], {"w": object()})
+    {'f'}
+    """
+    after: set[str] = set()
+    for task in tasks:
+        if any(parent in keyed or parent in after for _, parent in task.inputs):
+            after.add(task.id)
+    return after
 
 
 def _consumers(plan: QueryPlan) -> dict[str, int]:

@@ -70,7 +70,7 @@ class StreamJoin(KeyedOperator):
         return branch(columns, values, f"({source}) AS i", " AND ".join(conditions))
 
     def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
-               routing: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], JoinStep, dict[str, str]]:
+               routing: dict[str, Any], scanned: Any) -> tuple[list[str], list[tuple[str, str]], JoinStep, dict[str, str]]:
         (left,) = inputs["left"]
         (right,) = inputs["right"]
         watermark = draft["watermark_us"]

@@ -13,6 +13,12 @@ A micro-batch of a keyed operator goes through three calls from the fragment:
    each), updates the load and the watermarks and returns the driver state to
    save with the batch; :meth:`abort` undoes step 1 if the batch failed.
 
+An operator that needs one number from its input before it can plan (the
+window's largest event time) says so with :meth:`KeyedOperator.scan_sql`;
+the fragment answers the scans of all its operators that do not read another
+keyed operator's output with one Spark job (:func:`max_of_each`) and passes
+each answer to :meth:`KeyedOperator.plan`.
+
 Bucket moves requested with :meth:`request_moves` are applied by the next
 batch; :meth:`wait_moved` waits until a batch that applied them completed.
 """
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -35,6 +41,22 @@ from runtime.operators.keyed import ReshapeOptions
 from runtime.spark.keyed import DEFAULT_WORKERS, Router, Routing, WorkerLoad, WorkerTask, partition_keys, shuffle_sql
 from runtime.spark.reshape import BatchLoad, Controller, ReshapeSettings
 from runtime.spark.worker_state import WorkerStateStore
+
+
+NOT_SCANNED: Any = object()  # plan() without a scan answered by the fragment: the operator runs its own
+
+
+def max_of_each(queries: Sequence[str]) -> str:
+    """One statement (one Spark job) giving ``max(v)`` of each query's column ``v``, in order.
+
+    >>> print(max_of_each(["SELECT a AS v FROM x", "SELECT b AS v FROM y"]))
+    SELECT max(v0), max(v1) FROM (SELECT v AS v0, CAST(NULL AS BIGINT) AS v1 FROM (SELECT a AS v FROM x) AS s0 UNION ALL SELECT CAST(NULL AS BIGINT) AS v0, v AS v1 FROM (SELECT b AS v FROM y) AS s1)
+    """
+    branches = []
+    for index, query in enumerate(queries):
+        columns = ", ".join(f"{'v' if other == index else 'CAST(NULL AS BIGINT)'} AS v{other}" for other in range(len(queries)))
+        branches.append(f"SELECT {columns} FROM ({query}) AS s{index}")
+    return f"SELECT {', '.join(f'max(v{index})' for index in range(len(queries)))} FROM ({' UNION ALL '.join(branches)})"
 
 
 class KeyedOperator:
@@ -70,9 +92,14 @@ class KeyedOperator:
 
     # -- one micro-batch ------------------------------------------------------------
 
+    def scan_sql(self, inputs: Mapping[str, list[str]], state: Mapping[str, Any]) -> str | None:
+        """A query of one BIGINT column ``v`` over ``inputs`` whose max :meth:`plan` needs, or None (the default)."""
+        return None
+
     def plan(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[str]],
-             state: Mapping[str, Any], store: WorkerStateStore) -> tuple[DataFrame, dict[str, Any]]:
-        """The operator's output for this batch (lazy) and its driver state; ``inputs``: per port, SQL relations."""
+             state: Mapping[str, Any], store: WorkerStateStore, scanned: Any = NOT_SCANNED) -> tuple[DataFrame, dict[str, Any]]:
+        """The operator's output for this batch (lazy) and its driver state; ``inputs``: per port, SQL relations;
+        ``scanned``: the max of :meth:`scan_sql` when the fragment computed it (else the operator does)."""
         saved = state["routing"]
         if int(saved.get("workers", self.workers)) != self.workers:
             raise QueryFailed(f"keyed operator {self.task.id}: its state has {saved['workers']} workers but it is "
@@ -80,7 +107,7 @@ class KeyedOperator:
         self.controller.adopt(saved)
         routing = self.router.next_table(saved)
         draft = {**state, "routing": routing}
-        branches, columns, step, output = self._route(session, inputs, draft, routing)
+        branches, columns, step, output = self._route(session, inputs, draft, routing, scanned)
         task = WorkerTask(store, self.task.id, batch_id, self.pkeys, Routing.of(saved), Routing.of(routing),
                           step, arrow_schema(output), self.sides)
         frame = session.sql(shuffle_sql(branches, columns, self.pkeys)).mapInArrow(task, ddl(output))
@@ -184,7 +211,7 @@ class KeyedOperator:
     # -- what subclasses provide ------------------------------------------------------
 
     def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
-               routing: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], Any, Schema]:
+               routing: dict[str, Any], scanned: Any) -> tuple[list[str], list[tuple[str, str]], Any, Schema]:
         """The routed ``SELECT`` branches (routed by ``routing``, see :meth:`Router.columns`), the shuffle's
         columns (name, Spark type), the worker step and the schema of the step's output (column -> Spark type)."""
         raise NotImplementedError

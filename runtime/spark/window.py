@@ -3,8 +3,9 @@
 Per micro-batch:
 
 1. A small job finds the batch's largest event time (one number to the
-   driver), which gives the watermark after the batch: max(event time seen) -
-   ``watermark``. The watermark in force when the batch starts closes the
+   driver; one job for all the windows of a fragment that read no keyed
+   output, :meth:`WindowAggregate.scan_sql`), which gives the watermark after
+   the batch: max(event time seen) - ``watermark``. The watermark in force when the batch starts closes the
    windows that end at or before it.
 2. The rows (keys, event time, one input column per partial aggregate) are
    routed to logical workers and shuffled, worker i on Spark task i. Each
@@ -36,7 +37,7 @@ from runtime.operators.window import WindowAggregateConfig, aggregate_call
 from runtime.plan import TaskSpec
 from runtime.spark.frames import arrow_type
 from runtime.spark.keyed import BUCKET, PKEY, branch
-from runtime.spark.keyed_operator import KeyedOperator
+from runtime.spark.keyed_operator import NOT_SCANNED, KeyedOperator
 from runtime.spark.reshape import ReshapeSettings
 from runtime.spark.window_worker import END, START, TS, WindowStep, part_input
 
@@ -81,16 +82,30 @@ class WindowAggregate(KeyedOperator):
     def initial_state(self) -> dict[str, Any]:
         return {**super().initial_state(), "max_event_us": None}
 
+    def _condition(self, watermark: int | None) -> str:
+        """The rows a batch takes: a time, and (once there is a watermark) a window still open."""
+        ts = _col(self.config.time_column)
+        condition = f"{ts} IS NOT NULL"
+        if watermark is not None:  # no window of an older row is still open
+            condition += f" AND {ts} > timestamp_micros({watermark - self.window_us})"
+        return condition
+
+    def scan_sql(self, inputs: Mapping[str, list[str]], state: Mapping[str, Any]) -> str:
+        """The event times (microseconds) of the rows the batch takes: their max moves the watermark."""
+        (source,) = inputs["in"]
+        return (f"SELECT unix_micros({_col(self.config.time_column)}) AS v FROM ({source}) AS i "
+                f"WHERE {self._condition(state['watermark_us'])}")
+
     def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
-               routing: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], WindowStep, dict[str, str]]:
+               routing: dict[str, Any], scanned: Any) -> tuple[list[str], list[tuple[str, str]], WindowStep, dict[str, str]]:
         (source,) = inputs["in"]
         config = self.config
         ts = _col(config.time_column)
-        condition = f"{ts} IS NOT NULL"
         watermark = draft["watermark_us"]
-        if watermark is not None:  # no window of an older row is still open
-            condition += f" AND {ts} > timestamp_micros({watermark - self.window_us})"
-        batch_max = session.sql(f"SELECT max(unix_micros({ts})) FROM ({source}) AS i WHERE {condition}").first()[0]
+        condition = self._condition(watermark)
+        batch_max = scanned
+        if scanned is NOT_SCANNED:  # a job of its own (the fragment answers the scans it can in one job)
+            batch_max = session.sql(f"SELECT max(v) FROM ({self.scan_sql(inputs, draft)})").first()[0]
         max_event = draft["max_event_us"]
         if batch_max is not None:
             max_event = batch_max if max_event is None else max(max_event, batch_max)

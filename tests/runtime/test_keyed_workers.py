@@ -28,7 +28,8 @@ def us(seconds: float) -> int:
 
 
 @pytest.mark.parametrize("name", ["runtime.spark.keyed", "runtime.spark.window_worker", "runtime.spark.reshape",
-                                  "runtime.operators.keyed", "runtime.spark.fragment"])
+                                  "runtime.operators.keyed", "runtime.spark.fragment",
+                                  "runtime.spark.keyed_operator"])
 def test_docstring_examples(name):
     assert doctest.testmod(importlib.import_module(name)).failed == 0
 
