@@ -316,7 +316,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"RIoT, {results['trace'].upper()} ({results['apps']} apps, trace seed {results['seed']}"
              f"{', walk of ' + str(results['walk_steps']) + ' steps' if results['trace'] != 'seq' else ''}), "
              f"`{results['master']}`, {results['rate']:g} records/s per source, trigger {results['trigger_s']:g} s, "
-             f"each step measured over {results['measure_s']:g} s after {results['settle_s']:g} s:", ""]
+             f"each step measured over {results['measure_s']:g} s after {results['settle_s']:g} s"
+             f"{', commit ' + results['commit'] if results.get('commit') else ''}:", ""]
     if {"alone", "reuse"} <= set(runs):
         lines += ["| metric | peak alone | peak reuse | cut | step mean alone | step mean reuse | cut |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
@@ -418,6 +419,13 @@ def with_defrag(steps: list[tuple[str, int]], every: int) -> list[tuple[str, int
     return result
 
 
+def _commit() -> str:
+    """The commit the run measures (``-dirty`` when the work tree has changes)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
+    return head + ("-dirty" if dirty.strip() else "") if head else "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -456,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"workload": "riot", "apps": len(documents), "trace": args.trace, "seed": spec.seed,
                "walk_steps": spec.walk_steps, "rate": args.rate, "trigger_s": args.trigger,
                "keyed_workers": args.keyed_workers, "settle_s": args.settle, "measure_s": args.measure,
-               "master": args.master, "defrag_every": args.defrag_every, "runs": {}}
+               "master": args.master, "defrag_every": args.defrag_every, "commit": _commit(), "runs": {}}
 
     def save(mode: str, run: dict[str, Any]) -> None:
         results["runs"][mode] = run
