@@ -4,6 +4,17 @@ An expression is parsed once (cached by its text), checked against the columns
 its input has, and typed with sqlglot's type annotator so output schemas can be
 derived without Spark. Its canonical text (sqlglot's Spark rendering) is what
 signatures hash, so whitespace and keyword case do not break sharing.
+
+Expressions are data, not code: every node of the parsed tree must be of a
+kind on an explicit allow-list (:data:`ALLOWED`), deny by default, so a
+function a newer parser learns (or Spark's ``reflect``/``java_method``) is
+refused until someone adds it here on purpose. Nondeterministic functions
+(``rand``, ``uuid``, ``current_timestamp``, ...) are refused: the runtime
+replays a failed micro-batch and shares a task's output between dataflows,
+and both promise the same records as a private, first run would give
+(:data:`NONDETERMINISTIC`). Calls whose output can be far bigger than their
+input (``repeat``, ``lpad``/``rpad``, ``space``, ``sequence``) take a literal
+size within a bound (:data:`AMPLIFYING`).
 """
 
 from __future__ import annotations
@@ -28,6 +39,97 @@ class SqlProblem(ValueError):
     """An expression does not parse, or uses something the context forbids."""
 
 
+def _kinds(*names: str) -> frozenset[type]:
+    """The sqlglot node classes of ``names`` that this sqlglot version has."""
+    return frozenset(getattr(exp, name) for name in names if isinstance(getattr(exp, name, None), type))
+
+
+# Every node kind an expression may contain; anything else is refused by name.
+ALLOWED = _kinds(
+    # values and names
+    "Column", "Identifier", "Literal", "Null", "Boolean", "Paren", "Star", "DataType", "DataTypeParam", "Var",
+    "Interval", "Array", "Bracket",
+    # operators
+    "Add", "Sub", "Mul", "Div", "IntDiv", "Mod", "Neg", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
+    "EQ", "NEQ", "NullSafeEQ", "NullSafeNEQ", "GT", "GTE", "LT", "LTE", "And", "Or", "Not", "Is", "In", "Between",
+    "Like", "ILike", "RegexpLike", "Case", "If", "Coalesce", "Nullif", "Cast", "TryCast",
+    # numbers
+    "Abs", "Ceil", "Floor", "Round", "Sqrt", "Cbrt", "Pow", "Exp", "Ln", "Log", "Sign", "Greatest", "Least",
+    # text
+    "Lower", "Upper", "Length", "Substring", "Trim", "Concat", "ConcatWs", "StrPosition", "Left", "Right", "Initcap",
+    "Reverse", "Replace", "RegexpExtract", "RegexpReplace", "StartsWith", "EndsWith", "Contains", "MD5", "SHA", "SHA2",
+    "Hex", "Repeat", "Pad", "Space",
+    # time
+    "Year", "Month", "Day", "DayOfMonth", "DayOfWeek", "DayOfYear", "Hour", "Minute", "Second", "Quarter", "WeekOfYear",
+    "TimestampTrunc", "DateTrunc", "DateAdd", "DateSub", "DateDiff", "TimestampAdd", "TimestampDiff", "TsOrDsToDate",
+    "StrToTime", "TimeToStr", "StrToUnix", "UnixToTime", "TimeToUnix", "UnixSeconds", "TsOrDsAdd", "UnixToStr",
+    "TimeStrToTime", "Extract", "TimestampFromParts",
+    # JSON text, structs and arrays
+    "JSONExtract", "JSONExtractScalar", "JSONPath", "JSONPathRoot", "JSONPathKey", "JSONPathSubscript", "JSONFormat",
+    "Struct", "PropertyEQ", "ArraySize", "ArrayContains", "RegexpSplit", "GenerateSeries",
+    # aggregates (only where one aggregate call is expected)
+    "Count", "Sum", "Avg", "Min", "Max",
+)
+
+# Refused with the reason: a replayed batch or a shared task would give other records than a private first run.
+NONDETERMINISTIC = _kinds("Rand", "Randn", "Uuid", "Shuffle", "CurrentTimestamp", "CurrentDate", "CurrentTime",
+                          "CurrentDatetime", "Random")
+
+# Output size bounds of the amplifying calls: (argument holding the size, largest literal allowed).
+AMPLIFYING = {
+    "Repeat": ("times", 100),
+    "Pad": ("expression", 10_000),
+    "Space": ("this", 10_000),
+}
+MAX_SEQUENCE = 10_000  # elements of a sequence(start, stop[, step])
+
+
+def _function_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Pad):
+        return "lpad" if node.args.get("is_left") else "rpad"
+    if isinstance(node, exp.Space):
+        return "space"
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).lower()
+    if isinstance(node, exp.Func):  # as Spark spells it (sqlglot's class names are its own)
+        return node.sql(DIALECT).split("(", 1)[0].strip().lower() or node.sql_name().lower()
+    return type(node).__name__
+
+
+def _integer(node: exp.Expression | None) -> int | None:
+    """The value of an integer literal (or its negation), else None."""
+    if isinstance(node, exp.Neg):
+        value = _integer(node.this)
+        return None if value is None else -value
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return int(node.this)
+        except ValueError:
+            return None
+    return None
+
+
+def _check_allowed(text: str, node: exp.Expression) -> None:
+    kind = type(node)
+    if kind in NONDETERMINISTIC:
+        raise SqlProblem(f"{text!r}: {_function_name(node)}() is nondeterministic; a replayed micro-batch or a task "
+                         "shared with another dataflow would not give the records a private first run gives")
+    if kind not in ALLOWED:
+        what = f"function {_function_name(node)}()" if isinstance(node, exp.Func) else f"{_function_name(node)} expression"
+        raise SqlProblem(f"{text!r}: {what} is not allowed (allowed functions: docs/operators.md, \"Expressions\")")
+    if kind.__name__ in AMPLIFYING:
+        argument, bound = AMPLIFYING[kind.__name__]
+        size = _integer(node.args.get(argument))
+        if size is None or size > bound:
+            raise SqlProblem(f"{text!r}: {_function_name(node)}() makes its output as big as its size argument; "
+                             f"give a literal of at most {bound:,}")
+    if isinstance(node, exp.GenerateSeries):
+        start, stop = _integer(node.args.get("start")), _integer(node.args.get("end"))
+        step = _integer(node.args.get("step")) if node.args.get("step") is not None else 1
+        if start is None or stop is None or not step or abs(stop - start) // abs(step) + 1 > MAX_SEQUENCE:
+            raise SqlProblem(f"{text!r}: sequence() takes literal bounds of at most {MAX_SEQUENCE:,} elements")
+
+
 @lru_cache(maxsize=4096)
 def _parse(text: str) -> exp.Expression:
     if not text.strip():
@@ -47,12 +149,17 @@ def parse_expression(text: str, *, aggregate: bool = False) -> exp.Expression:
 
     With ``aggregate=True`` the expression must be one aggregate call instead.
 
-    Raises :class:`SqlProblem` naming the text when it does not parse, is a
-    statement or subquery, calls a function sqlglot does not know, or (for a
-    row-level expression) contains an aggregate.
+    Raises :class:`SqlProblem` naming the text and the culprit when it does
+    not parse, is a statement or subquery, contains anything not on
+    :data:`ALLOWED` (a nondeterministic call, an amplifying call without a
+    bounded literal size) or (for a row-level expression) an aggregate.
 
     >>> parse_expression("temp  >  30").sql("spark")
     'temp > 30'
+    >>> parse_expression("reflect('java.lang.System', 'exit', 0) = 0")
+    Traceback (most recent call last):
+    ...
+    runtime.operators.sql.SqlProblem: "reflect('java.lang.System', 'exit', 0) = 0": function reflect() is not allowed (allowed functions: docs/operators.md, "Expressions")
     """
     tree = _parse(text)
     for node in tree.walk():
@@ -60,8 +167,7 @@ def parse_expression(text: str, *, aggregate: bool = False) -> exp.Expression:
             continue
         if isinstance(node, _FORBIDDEN):
             raise SqlProblem(f"{text!r}: only a plain expression is allowed here, not {node.sql(DIALECT)!r}")
-        if isinstance(node, exp.Anonymous):
-            raise SqlProblem(f"{text!r}: unknown function {node.name!r}")
+        _check_allowed(text, node)
         if isinstance(node, exp.Column) and node.table:
             raise SqlProblem(f"{text!r}: qualified column {node.sql(DIALECT)!r}; name the column alone")
         if not aggregate and isinstance(node, exp.AggFunc):

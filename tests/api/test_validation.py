@@ -61,6 +61,13 @@ CASES = [
     ("filter that is not boolean", _tasks_with(1, config={"expr": "temp + 1"}), 422, "OPERATOR_CONFIG_INVALID", "needs a boolean"),
     ("port the operator lacks", _bad(streams=[stream("src", "hot", "left"), stream("hot", "proj"), stream("proj", "out")]), 422, "PORT_INVALID", "task 'hot'"),
     ("unknown column type", _tasks_with(0, config={"topic": "urban", "schema": {"temp": "quaternion"}}), 422, "OPERATOR_CONFIG_INVALID", "task 'src'"),
+    # expressions are data: allow-listed functions only, deterministic, bounded output (runtime/operators/sql.py)
+    ("nondeterministic filter", _tasks_with(1, config={"expr": "rand() > 0.5"}), 422, "OPERATOR_CONFIG_INVALID", "'rand() > 0.5': rand() is nondeterministic"),
+    ("uuid in a filter", _tasks_with(1, config={"expr": "uuid() IS NOT NULL"}), 422, "OPERATOR_CONFIG_INVALID", "uuid() is nondeterministic"),
+    ("unbounded repeat", _tasks_with(1, config={"expr": "length(repeat('a', 2000000000)) > 0"}), 422, "OPERATOR_CONFIG_INVALID", "repeat() makes its output as big as its size argument"),
+    ("reflect", _tasks_with(1, config={"expr": "reflect('java.lang.System', 'exit', 0) IS NULL"}), 422, "OPERATOR_CONFIG_INVALID", "function reflect() is not allowed"),
+    ("java_method in a projection", _tasks_with(2, config={"columns": {"f": "java_method('java.lang.Math', 'random')"}}), 422, "OPERATOR_CONFIG_INVALID", "function java_method() is not allowed"),
+    ("current time in a projection", _tasks_with(2, config={"columns": {"f": "current_timestamp()"}}), 422, "OPERATOR_CONFIG_INVALID", "task 'proj' (select) config.columns.f"),
 ]
 
 

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["manager.merge", "manager.signature", "manager.validate", "manager.costs", "scheduler.fragments",
-           "runtime.costs", "api.cli"]
+           "runtime.costs", "api.cli", "runtime.operators.sql"]
 
 
 @pytest.mark.parametrize("name", MODULES)
