@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,6 +26,8 @@ from api.health import check_redis
 from api.services import Services, build_services
 from manager.document import DataflowDocument
 from manager.service import Manager, task_wan_fields
+from manager.validate import parse_dataflow
+from sana.auth import Forbidden, Principal, Unauthenticated, check_owner
 from sana.errors import SanaError
 from sana.settings import Settings, get_settings
 
@@ -60,11 +63,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(SanaError)
     async def sana_error(request: Request, error: SanaError) -> JSONResponse:
-        return JSONResponse(status_code=error.status, content=error.to_dict())
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthenticated) else None
+        return JSONResponse(status_code=error.status, content=error.to_dict(), headers=headers)
 
     _routes(app)
-    app.include_router(routes_runtime.router)
-    app.include_router(routes_wan.router)
+    app.include_router(routes_runtime.router, dependencies=[Depends(require_admin)])
+    app.include_router(routes_wan.router, dependencies=[Depends(require_admin)])
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -85,31 +89,58 @@ def get_manager(request: Request) -> Manager:
     return request.app.state.services.manager
 
 
+def get_principal(request: Request) -> Principal:
+    """Who calls: the principal of the bearer token (single-user mode: the admin ``local``)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return request.app.state.services.principals.authenticate(token.strip() if scheme.lower() == "bearer" else None)
+
+
+def require_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    if not principal.admin:
+        raise Forbidden(f"{principal.name!r} is a user; this needs an admin (it shows or changes every owner's work)")
+    return principal
+
+
 ServicesDep = Annotated[Services, Depends(get_services)]
 ManagerDep = Annotated[Manager, Depends(get_manager)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+AdminDep = Annotated[Principal, Depends(require_admin)]
 
 
 def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-_ERRORS = {status: {"model": schemas.ErrorOut} for status in (404, 409, 413, 422, 502, 503)}
+_ERRORS = {status: {"model": schemas.ErrorOut} for status in (401, 403, 404, 409, 413, 422, 502, 503)}
 
 
 def _routes(app: FastAPI) -> None:
     @app.post("/dataflows", status_code=201, response_model=schemas.SubmitResponse, responses=_ERRORS,
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DataflowDocument"}}}}})
-    async def submit_dataflow(request: Request, manager: ManagerDep) -> dict[str, Any]:
-        """Submit a dataflow; returns once everything it needs is running."""
+    async def submit_dataflow(request: Request, manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
+        """Submit a dataflow; returns once everything it needs is running. With tokens, the caller owns it
+        (an admin may name another ``owner``)."""
         body = await read_body(request)
-        result = await run_in_threadpool(manager.submit, body)
-        return result.to_dict()
+        services: Services = request.app.state.services
+
+        def submit() -> dict[str, Any]:
+            flow = parse_dataflow(body)
+            if services.principals.enabled:
+                if flow.owner not in (None, principal.name) and not principal.admin:
+                    raise Forbidden(f"owner {flow.owner!r}: a user submits dataflows as themselves ({principal.name!r})",
+                                    culprit={"field": "owner"})
+                flow = replace(flow, owner=flow.owner or principal.name)
+            return manager.submit_validated(flow).to_dict()
+
+        return await run_in_threadpool(submit)
 
     @app.get("/dataflows", response_model=schemas.DataflowList, responses=_ERRORS)
-    def list_dataflows(manager: ManagerDep) -> dict[str, Any]:
-        """Every submitted dataflow, oldest first."""
+    def list_dataflows(manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
+        """Every submitted dataflow the caller may see (an admin: all; a user: their own), oldest first."""
         state = manager.snapshot()
-        flows = sorted(state.dataflows.values(), key=lambda flow: (flow.submitted_at, flow.id))
+        flows = sorted((flow for flow in state.dataflows.values() if principal.admin or flow.owner == principal.name),
+                       key=lambda flow: (flow.submitted_at, flow.id))
         return {
             "dataflows": [
                 {"id": flow.id, "name": flow.name, "owner": flow.owner, "submitted_at": _iso(flow.submitted_at), "tasks": flow.tasks}
@@ -118,33 +149,36 @@ def _routes(app: FastAPI) -> None:
         }
 
     @app.get("/dataflows/{dataflow_id}", responses=_ERRORS)
-    def get_dataflow(dataflow_id: str, manager: ManagerDep) -> dict[str, Any]:
+    def get_dataflow(dataflow_id: str, manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
         """The submitted document's fields plus ``id``, ``tasks`` and ``sinks`` as in POST.
 
         ``tasks`` is the mapping submitted task id -> running task id (as POST
         answers); the document exactly as submitted is under ``document``.
         """
         flow = manager.dataflow(dataflow_id)
+        check_owner(principal, flow.owner, f"dataflow {dataflow_id!r}")
         return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.tasks,
                 "sinks": flow.sinks, "document": flow.document}
 
     @app.get("/dataflows/{dataflow_id}/cost", response_model=schemas.DataflowCostOut, responses=_ERRORS)
-    def dataflow_cost(dataflow_id: str, manager: ManagerDep) -> dict[str, Any]:
+    def dataflow_cost(dataflow_id: str, manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
         """What the dataflow costs: its share of each task it uses, its cost alone, what sharing saves it."""
+        check_owner(principal, manager.dataflow(dataflow_id).owner, f"dataflow {dataflow_id!r}")
         return manager.cost(dataflow_id)
 
     @app.get("/costs", response_model=schemas.CostsOut, responses=_ERRORS)
-    def costs(manager: ManagerDep) -> dict[str, Any]:
+    def costs(manager: ManagerDep, admin: AdminDep) -> dict[str, Any]:
         """Every dataflow's cost; the shares add up to ``total``."""
         return manager.costs()
 
     @app.delete("/dataflows/{dataflow_id}", response_model=schemas.RemoveResponse, responses=_ERRORS)
-    def remove_dataflow(dataflow_id: str, manager: ManagerDep) -> dict[str, Any]:
-        """Remove a dataflow; returns once its unshared work has stopped."""
+    def remove_dataflow(dataflow_id: str, manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
+        """Remove a dataflow (its owner or an admin); returns once its unshared work has stopped."""
+        check_owner(principal, manager.dataflow(dataflow_id).owner, f"dataflow {dataflow_id!r}")
         return manager.remove(dataflow_id).to_dict()
 
     @app.get("/running", response_model=schemas.RunningOut, response_model_by_alias=True, responses=_ERRORS)
-    def running(manager: ManagerDep) -> dict[str, Any]:
+    def running(manager: ManagerDep, admin: AdminDep) -> dict[str, Any]:
         """The running DAGs: tasks (with site, fragment and users) and streams."""
         state = manager.snapshot()
         dags = []
@@ -165,7 +199,7 @@ def _routes(app: FastAPI) -> None:
         return {"dags": dags}
 
     @app.get("/stats", response_model=schemas.StatsOut, responses=_ERRORS)
-    def stats(manager: ManagerDep) -> dict[str, Any]:
+    def stats(manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
         """Counts of what is submitted and what runs, and the saving."""
         return manager.stats()
 

@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sana", description="Shared streaming dataflows.")
     parser.add_argument("--api", default=os.environ.get("SANA_API_URL", DEFAULT_API),
                         help=f"API address (env SANA_API_URL, default {DEFAULT_API})")
+    parser.add_argument("--token", default=os.environ.get("SANA_TOKEN"),
+                        help="bearer token of a service with tokens (env SANA_TOKEN; not needed in single-user mode)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="start the broker, Redis if needed, and the API")
@@ -84,6 +86,13 @@ def _parser() -> argparse.ArgumentParser:
     defrag = commands.add_parser("defrag", help="run queries linked by taps as one query (nothing lost or repeated)")
     defrag.add_argument("--json", action="store_true")
     defrag.set_defaults(handler=_defrag)
+
+    token = commands.add_parser("token", help="make a token for the tokens file (SANA_TOKENS_FILE)")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    new = token_commands.add_parser("new", help="print a fresh token and the principal entry holding its hash")
+    new.add_argument("name", help="the principal's name (1-64 of A-Za-z0-9_.@-)")
+    new.add_argument("--role", choices=("user", "admin"), default="user")
+    new.set_defaults(handler=_token_new)
 
     from api.cli_wan import add_wan_sim_parser
 
@@ -145,8 +154,22 @@ def _produce(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _token_new(args: argparse.Namespace) -> int:
+    from sana.auth import NAME, new_token, token_hash
+
+    if not NAME.match(args.name):
+        print(f"sana: principal name {args.name!r}: use 1-64 of A-Za-z0-9_.@-", file=sys.stderr)
+        return EXIT_USAGE
+    token = new_token()
+    print(f"token for {args.name} (shown once; give it to them, keep only the entry below):\n  {token}")
+    print("entry for the tokens file's \"principals\" list:")
+    print("  " + json.dumps({"name": args.name, "role": args.role, "token_sha256": token_hash(token)}))
+    return EXIT_OK
+
+
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
-    with httpx.Client(base_url=args.api, timeout=120) as client:
+    headers = {"Authorization": f"Bearer {args.token}"} if getattr(args, "token", None) else {}
+    with httpx.Client(base_url=args.api, timeout=120, headers=headers) as client:
         response = client.request(method, path, **kwargs)
     try:
         body = response.json()

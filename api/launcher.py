@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 
 import redis
 
+from sana.auth import Principals, TokensFileInvalid
 from sana.errors import SanaError
 from sana.settings import EMBEDDED_KAFKA_HOST, Settings
 
@@ -31,6 +32,7 @@ log = logging.getLogger("sana.up")
 BROKER_START_TIMEOUT_S = 30.0
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 DEMO_RATE = 20.0
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class LaunchError(SanaError):
@@ -86,6 +88,23 @@ class Launcher:
 
     def say(self, message: str) -> None:
         print(f"sana up: {message}", flush=True)
+
+    def check_access(self, demo: bool) -> None:
+        """Tokens, or single-user mode on loopback only: say which."""
+        try:
+            principals = Principals.load(self.settings.tokens_file)
+        except TokensFileInvalid as error:
+            raise LaunchError(error.message) from None
+        host = self.settings.api_host
+        if principals.enabled:
+            if demo:
+                raise LaunchError("--demo submits the examples without a token: run it without SANA_TOKENS_FILE")
+            self.say(f"{len(principals)} principals from {principals.source}: every request needs a bearer token")
+            return
+        if host not in LOOPBACK:
+            raise LaunchError(f"no SANA_TOKENS_FILE: single-user mode listens on loopback only, not {host}; "
+                              "configure tokens (sana token new NAME) to listen there")
+        self.say(f"single-user mode (no SANA_TOKENS_FILE): anyone who can reach {host} is the admin 'local'")
 
     def check_ports(self, start_broker: bool) -> None:
         wanted = [("API", self.settings.api_host, self.settings.api_port)]
@@ -257,6 +276,7 @@ def up(settings: Settings, demo: bool = False) -> int:
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
+        launcher.check_access(demo)
         launcher.check_ports(start_broker)
         launcher.say(f"run directory {run_dir}")
         if start_broker:

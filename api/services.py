@@ -10,6 +10,7 @@ import redis
 from api.health import KafkaProbe
 from manager.service import Manager
 from runtime.dryrun import DryRunRuntime
+from sana.auth import Principals
 from sana.settings import Settings
 
 log = logging.getLogger("sana.api")
@@ -22,6 +23,7 @@ class Services:
     manager: Manager
     kafka: KafkaProbe | None
     runtime_note: str | None
+    principals: Principals
 
     def close(self) -> None:
         self.manager.close()
@@ -29,6 +31,11 @@ class Services:
 
 
 def build_services(settings: Settings) -> Services:
+    principals = Principals.load(settings.tokens_file)  # a bad tokens file stops the start, naming the entry
+    if principals.enabled:
+        log.info("%d principals from %s; every request needs a bearer token", len(principals), principals.source)
+    else:
+        log.warning("single-user mode: no SANA_TOKENS_FILE, every caller is the admin 'local'")
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=10)
     note = None
     if settings.dry_run:
@@ -47,4 +54,4 @@ def build_services(settings: Settings) -> Services:
     manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config, sharing=settings.sharing,
                       defrag_after_removals=settings.defrag_after_removals)
     kafka = None if settings.dry_run else KafkaProbe(settings.effective_kafka_bootstrap)
-    return Services(settings, client, manager, kafka, note)
+    return Services(settings, client, manager, kafka, note, principals)

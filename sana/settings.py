@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     )
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")
     api_port: int = Field(8000, ge=1, le=65535, description="Port the API listens on.")
+    tokens_file: Path | None = Field(
+        None, description="JSON file of principals and their tokens' SHA-256 (sana/auth.py, `sana token new`); "
+        "without it the service runs in single-user mode and `sana up` listens on loopback only.")
     wan_config: Path | None = Field(
         None,
         description="WAN configuration file (docs/wan.md), applied at start when it differs from the stored one.",

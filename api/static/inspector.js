@@ -26,8 +26,28 @@ function svg(tag, attrs = {}, ...children) {
   return node;
 }
 
+// With tokens configured (SANA_TOKENS_FILE) every call carries the token typed in the header; it is kept in
+// sessionStorage (this tab only). In single-user mode no token is needed.
+function api(path, options = {}) {
+  const token = sessionStorage.getItem("sana-token");
+  const headers = { accept: "application/json", ...(options.headers || {}) };
+  if (token) headers.authorization = `Bearer ${token}`;
+  return fetch(path, { ...options, headers });
+}
+
+function renderAuth(stats) {
+  const state = $("auth-state");
+  if (stats.status === 401) {
+    state.textContent = sessionStorage.getItem("sana-token") ? "token refused" : "this service needs a token";
+    state.className = "error";
+  } else {
+    state.textContent = sessionStorage.getItem("sana-token") ? "token in use" : "";
+    state.className = "muted";
+  }
+}
+
 async function getJson(path) {
-  const response = await fetch(path, { headers: { accept: "application/json" } });
+  const response = await api(path);
   let body = null;
   try { body = await response.json(); } catch (_) { body = null; }
   return { status: response.status, ok: response.ok, body };
@@ -114,7 +134,7 @@ function renderSelection() {
 }
 
 async function removeDataflow(id) {
-  const response = await fetch(`/dataflows/${encodeURIComponent(id)}`, { method: "DELETE" });
+  const response = await api(`/dataflows/${encodeURIComponent(id)}`, { method: "DELETE" });
   const body = await response.json().catch(() => ({}));
   const box = $("submit-result");
   if (response.ok) {
@@ -131,7 +151,7 @@ async function removeDataflow(id) {
 async function submitDocument() {
   const text = $("document").value;
   const box = $("submit-result");
-  const response = await fetch("/dataflows", { method: "POST", headers: { "content-type": "application/json" }, body: text });
+  const response = await api("/dataflows", { method: "POST", headers: { "content-type": "application/json" }, body: text });
   const body = await response.json().catch(() => ({ detail: response.statusText }));
   showDocumentTasks(text, response.ok ? null : (body.culprit || {}));
   if (response.ok) {
@@ -407,6 +427,7 @@ async function refresh() {
     badge.textContent = health.body ? health.body.status : "unreachable";
     badge.className = `badge ${health.body ? health.body.status : "degraded"}`;
     badge.title = health.body ? JSON.stringify(health.body.components, null, 1) : "";
+    renderAuth(stats);
     if (stats.ok) renderStats(stats.body);
     if (flows.ok) renderDataflows(flows.body.dataflows, costs.ok ? costs.body : null);
     if (running.ok) renderDags(running.body.dags);
@@ -421,6 +442,14 @@ async function refresh() {
 }
 
 $("submit").addEventListener("click", submitDocument);
+$("auth").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const token = $("token").value.trim();
+  if (token) sessionStorage.setItem("sana-token", token);
+  else sessionStorage.removeItem("sana-token");
+  $("token").value = "";
+  await refresh();
+});
 $("document").addEventListener("input", () => showDocumentTasks($("document").value, null));
 $("upload").addEventListener("change", async (event) => {
   const file = event.target.files[0];

@@ -94,3 +94,39 @@ def test_wan_panel_shows_sites_and_links(page):
     expect(page.locator("#wan-body")).to_contain_text("link(s) carry nothing")
     expect(page.locator("#fragment-body")).to_contain_text("Dry run: nothing runs on Spark")
     expect(page.locator("#skew-body")).to_contain_text("No keyed operator runs on Spark.")
+
+
+def test_a_service_with_tokens_needs_one_and_the_inspector_sends_it(settings_factory, tmp_path):
+    from sana.auth import token_hash
+
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"principals": [{"name": "ops", "role": "admin", "token_sha256": token_hash("ops-token")},
+                                                 {"name": "ann", "role": "user", "token_sha256": token_hash("ann-token")}]}))
+    with ServerThread(create_app(settings_factory(tokens_file=tokens))) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1300})
+            page.goto(url + "/")
+            expect(page.locator("#auth-state")).to_have_text("this service needs a token")
+            expect(page.locator("#running-tasks")).to_have_text("–")
+            _submit(page, json.loads((EXAMPLES / "riot-etl.json").read_text()))
+            expect(page.locator("#submit-result")).to_contain_text("401 UNAUTHENTICATED")
+
+            page.fill("#token", "wrong")
+            page.click("#use-token")
+            expect(page.locator("#auth-state")).to_have_text("token refused")
+
+            page.fill("#token", "ann-token")
+            page.click("#use-token")
+            expect(page.locator("#auth-state")).to_have_text("token in use")
+            expect(page.locator("#running-tasks")).to_have_text("0")
+            _submit(page, json.loads((EXAMPLES / "riot-etl.json").read_text()))
+            expect(page.locator("#submit-result")).to_contain_text("Submitted df-1")
+            expect(page.locator("tr[data-id='df-1']")).to_contain_text("ann")
+            expect(page.locator("svg .node")).to_have_count(0)  # the running DAGs are an admin's view
+
+            page.fill("#token", "ops-token")
+            page.click("#use-token")
+            expect(page.locator("svg .node")).to_have_count(6)
+        finally:
+            browser.close()

@@ -145,7 +145,7 @@ def render_chart(chart: helm_python.Chart) -> Callable[..., Rendered]:
     """Factory: ``render_chart(values)`` -> :class:`Rendered`; raises what Helm raises."""
 
     def render(values: dict[str, Any] | None = None) -> Rendered:
-        values = values or {}
+        values = {"auth": {"existingSecret": TOKENS_SECRET}, **(values or {})}  # the chart requires tokens
         sources = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
         manifests: list[dict[str, Any]] = []
         notes = ""
@@ -186,6 +186,7 @@ SANA_SETTINGS_IN_POD = {
     "SANA_RESHAPE_TAU_MAX",
     "SANA_RESHAPE_MAX_HELPERS",
     "SANA_WAN_CONFIG",
+    "SANA_TOKENS_FILE",
 }
 
 # Optional settings: the pod carries them only when their value is set (else the
@@ -193,6 +194,10 @@ SANA_SETTINGS_IN_POD = {
 OPTIONAL_SETTINGS_IN_POD: dict[str, Callable[[dict[str, Any]], bool]] = {
     "SANA_WAN_CONFIG": lambda values: bool(values["wan"]["config"] or values["wan"]["existingConfigMap"]),
 }
+
+# The Secret of tokens every render names unless a test gives its own auth values.
+TOKENS_SECRET = "sana-tokens"
+TOKENS_PATH = "/etc/sana/tokens/tokens.json"
 
 # Where the chart mounts the WAN configuration file in the manager pod.
 WAN_CONFIG_PATH = "/etc/sana/wan/wan.json"

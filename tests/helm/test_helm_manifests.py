@@ -19,6 +19,8 @@ from tests.helm.chart_fixtures import (
     RELEASE,
     SANA_SETTINGS_IN_POD,
     SCENARIOS,
+    TOKENS_PATH,
+    TOKENS_SECRET,
     WAN_CONFIG_PATH,
     WAN_EXAMPLE,
     expected_settings_in_pod,
@@ -251,6 +253,23 @@ def test_wan_config_from_an_existing_configmap(render_chart):
     kubernetes_validate.validate(rendered.manager(), KUBE_VERSION, strict=True)
 
 
+def test_tokens_come_from_a_secret_mounted_read_only(render_chart):
+    rendered = render_chart({"auth": {"existingSecret": "ops-tokens", "existingSecretKey": "principals.json"}})
+    assert rendered.manager_env()["SANA_TOKENS_FILE"] == {"name": "SANA_TOKENS_FILE", "value": TOKENS_PATH}
+    pod = rendered.manager()["spec"]["template"]["spec"]
+    [mount] = [m for m in rendered.manager_container()["volumeMounts"] if m["name"] == "tokens"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "tokens"]
+    assert mount == {"name": "tokens", "mountPath": os.path.dirname(TOKENS_PATH), "readOnly": True}
+    assert volume["secret"] == {"secretName": "ops-tokens", "items": [{"key": "principals.json", "path": "tokens.json"}]}
+    assert render_chart({})  # the fixture's default names a Secret
+    assert render_chart({}).manager()["spec"]["template"]["spec"]["volumes"][-1]["secret"]["secretName"] == TOKENS_SECRET
+
+
+def test_the_chart_refuses_to_run_without_tokens(render_chart):
+    with pytest.raises(helm_python.HelmRenderError, match=r"auth\.existingSecret is required"):
+        render_chart({"auth": {"existingSecret": ""}})
+
+
 def test_wan_config_and_an_existing_configmap_exclude_each_other(render_chart):
     with pytest.raises(helm_python.HelmRenderError, match=r'wan\.config and wan\.existingConfigMap \("ops-wan"\) are both set'):
         render_chart({"wan": {"config": WAN_EXAMPLE, "existingConfigMap": "ops-wan"}})
@@ -259,6 +278,7 @@ def test_wan_config_and_an_existing_configmap_exclude_each_other(render_chart):
 # --- secrets -------------------------------------------------------------------------------
 
 SECRET_LOOKING = re.compile(r"PASSWORD|SECRET|TOKEN|_URL$|AUTH")
+MOUNTED_SECRET_PATHS = {"SANA_TOKENS_FILE": TOKENS_PATH}
 
 
 def test_secrets_are_never_plain_env_values(scenario):
@@ -266,7 +286,9 @@ def test_secrets_are_never_plain_env_values(scenario):
     for owner, pod in rendered.pod_specs():
         for container in pod.get("containers", []) + pod.get("initContainers", []):
             for item in container.get("env", []):
-                if SECRET_LOOKING.search(item["name"]):
+                if item["name"] in MOUNTED_SECRET_PATHS:  # the path of a file mounted from a Secret, not a secret
+                    assert item["value"] == MOUNTED_SECRET_PATHS[item["name"]]
+                elif SECRET_LOOKING.search(item["name"]):
                     assert "value" not in item, f"{name}: {owner}/{container['name']} sets {item['name']} as a plain value"
                     assert "secretKeyRef" in item["valueFrom"], f"{name}: {owner} {item['name']}"
 

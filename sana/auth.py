@@ -1,0 +1,156 @@
+"""Principals and bearer tokens: who calls the API, and what they may do.
+
+A tokens file (``SANA_TOKENS_FILE``, JSON) lists the principals::
+
+    {"principals": [
+        {"name": "alice", "role": "user",  "token_sha256": "9f86d0..."},
+        {"name": "ops",   "role": "admin", "token_sha256": "60303a..."}
+    ]}
+
+Only the SHA-256 of each token is stored: tokens are random 256-bit strings
+(``sana token new`` makes one), so a plain hash cannot be reversed and needs
+no salt or slow hash. A request carries ``Authorization: Bearer <token>``.
+
+Without a tokens file the service runs in single-user mode: every caller is
+the admin ``local``, and ``sana up`` refuses to listen beyond loopback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from sana.errors import SanaError
+
+Role = Literal["user", "admin"]
+NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+SINGLE_USER = "local"
+
+
+class Unauthenticated(SanaError):
+    code = "UNAUTHENTICATED"
+    status = 401
+
+
+class Forbidden(SanaError):
+    code = "FORBIDDEN"
+    status = 403
+
+
+class TokensFileInvalid(SanaError):
+    code = "TOKENS_FILE_INVALID"
+    status = 500
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    role: Role
+
+    @property
+    def admin(self) -> bool:
+        return self.role == "admin"
+
+
+def token_hash(token: str) -> str:
+    """The stored form of a token.
+
+    >>> token_hash("test")
+    '9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08'
+    """
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits, URL-safe)."""
+    return "sana_" + secrets.token_urlsafe(32)
+
+
+class Principals:
+    """The principals of a tokens file, or single-user mode (``Principals.single_user()``)."""
+
+    def __init__(self, by_hash: dict[str, Principal], source: str | None) -> None:
+        self._by_hash = by_hash
+        self.source = source
+
+    @classmethod
+    def single_user(cls) -> "Principals":
+        return cls({}, None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.source is not None
+
+    def __len__(self) -> int:
+        return len(self._by_hash)
+
+    @classmethod
+    def load(cls, path: Path | None) -> "Principals":
+        """Read a tokens file; raises :class:`TokensFileInvalid` naming the file and the entry at fault."""
+        if path is None:
+            return cls.single_user()
+        try:
+            raw = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as error:
+            raise TokensFileInvalid(f"tokens file {path}: {error}") from None
+        return cls.parse(raw, str(path))
+
+    @classmethod
+    def parse(cls, raw: object, source: str) -> "Principals":
+        """Principals from a tokens document.
+
+        >>> p = Principals.parse({"principals": [{"name": "ann", "role": "user", "token_sha256": token_hash("t")}]}, "x")
+        >>> p.authenticate("t")
+        Principal(name='ann', role='user')
+        >>> Principals.parse({"principals": [{"name": "ann", "role": "root", "token_sha256": "ab"}]}, "x")
+        Traceback (most recent call last):
+        ...
+        sana.auth.TokensFileInvalid: tokens file x: principals[0] ('ann'): role must be 'user' or 'admin', not 'root'
+        """
+        entries = raw.get("principals") if isinstance(raw, dict) else None
+        if not isinstance(entries, list) or not entries:
+            raise TokensFileInvalid(f"tokens file {source}: expected {{\"principals\": [...]}} with at least one entry")
+        by_hash: dict[str, Principal] = {}
+        names: set[str] = set()
+        for index, entry in enumerate(entries):
+            where = f"tokens file {source}: principals[{index}]"
+            if not isinstance(entry, dict):
+                raise TokensFileInvalid(f"{where}: expected an object")
+            name, role, digest = entry.get("name"), entry.get("role", "user"), entry.get("token_sha256")
+            if not isinstance(name, str) or not NAME.match(name):
+                raise TokensFileInvalid(f"{where}: name must be 1-64 of [A-Za-z0-9_.@-], not {name!r}")
+            where += f" ({name!r})"
+            if role not in ("user", "admin"):
+                raise TokensFileInvalid(f"{where}: role must be 'user' or 'admin', not {role!r}")
+            if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest.lower()):
+                raise TokensFileInvalid(f"{where}: token_sha256 must be 64 hex digits (sana token new {name})")
+            if name in names:
+                raise TokensFileInvalid(f"{where}: name listed twice")
+            if digest.lower() in by_hash:
+                raise TokensFileInvalid(f"{where}: same token as {by_hash[digest.lower()].name!r}")
+            names.add(name)
+            by_hash[digest.lower()] = Principal(name, role)
+        return cls(by_hash, source)
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal of ``token``; in single-user mode, the admin ``local`` whatever the token."""
+        if not self.enabled:
+            return Principal(SINGLE_USER, "admin")
+        if not token:
+            raise Unauthenticated("this service needs a bearer token (Authorization: Bearer <token>; sana --token)")
+        principal = self._by_hash.get(token_hash(token))
+        if principal is None:
+            raise Unauthenticated("unknown or revoked token")
+        return principal
+
+
+def check_owner(principal: Principal, owner: str | None, what: str) -> None:
+    """Raise :class:`Forbidden` unless ``principal`` owns ``what`` or is an admin."""
+    if principal.admin or owner == principal.name:
+        return
+    raise Forbidden(f"{what} belongs to another owner; only its owner or an admin may do this")
