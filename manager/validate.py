@@ -81,15 +81,45 @@ def parse_dataflow(body: bytes | str | dict[str, Any]) -> Dataflow:
     )
 
 
+MAX_DEPTH = 32  # nesting of a document: a dataflow needs 6 (a window's aggregates); far less than Python's stack
+
+
 def _decode(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
     if isinstance(body, (bytes, bytearray, str)):
         try:
             body = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise errors.NotJson(f"the body is not JSON: {error}") from None
+        except RecursionError:
+            raise errors.DocumentMalformed(f"the body nests deeper than Python can parse; a dataflow nests at most "
+                                           f"{MAX_DEPTH} levels") from None
     if not isinstance(body, dict):
         raise errors.DocumentMalformed(f"a dataflow is a JSON object, not {type(body).__name__}")
+    _check_depth(body)
     return body
+
+
+def _check_depth(document: Any) -> None:
+    """Refuse a document nested deeper than :data:`MAX_DEPTH`, naming where (checked without recursion).
+
+    >>> _check_depth({"tasks": [{"config": {"a": [[[1]]]}}]})
+    >>> deep = 1
+    >>> for _ in range(40): deep = [deep]
+    >>> _check_depth({"tasks": deep})
+    Traceback (most recent call last):
+    ...
+    manager.exceptions.DocumentMalformed: the document nests deeper than 32 levels at tasks[0][0]...[0]
+    """
+    pending: list[tuple[Any, str, int]] = [(document, "", 0)]
+    while pending:
+        value, where, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            raise errors.DocumentMalformed(f"the document nests deeper than {MAX_DEPTH} levels at {where}",
+                                           culprit={"field": where})
+        if isinstance(value, dict):
+            pending.extend((item, f"{where}.{key}" if where else str(key), depth + 1) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((item, f"{where}[{index}]", depth + 1) for index, item in enumerate(value))
 
 
 def _structure(raw: dict[str, Any]) -> DataflowDocument:

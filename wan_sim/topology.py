@@ -222,6 +222,8 @@ def parse_wan_config(data: Mapping[str, Any] | str | bytes) -> WanConfig:
             data = json.loads(data)
         except ValueError as error:
             raise WanConfigInvalid(f"the WAN configuration is not JSON: {error}") from None
+        except RecursionError:
+            raise WanConfigInvalid("the WAN configuration nests deeper than a JSON parser can follow") from None
     if not isinstance(data, Mapping):
         raise WanConfigInvalid("the WAN configuration must be a JSON object")
     try:

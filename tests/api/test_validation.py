@@ -27,6 +27,9 @@ CASES = [
     # (rule, body, status, code, text the message must contain)
     ("not JSON", b'{"name": "x", "tasks": [', 422, "NOT_JSON", "not JSON"),
     ("not an object", b"[1, 2]", 422, "DOCUMENT_INVALID", "JSON object"),
+    ("nested thousands deep", b'{"name": "x", "tasks": ' + b"[" * 5000 + b"]" * 5000 + b"}", 422, "DOCUMENT_INVALID", "nests deeper"),
+    ("nested deeper than a dataflow needs", b'{"name": "x", "tasks": [{"id": "a", "config": ' + b'{"a": ' * 40 + b"1" + b"}" * 40 + b"}]}",
+     422, "DOCUMENT_INVALID", "nests deeper than 32 levels at tasks[0].config.a.a"),
     ("missing name", {k: v for k, v in urban_etl().items() if k != "name"}, 422, "DOCUMENT_INVALID", "name"),
     ("missing tasks", {"name": "x", "streams": []}, 422, "DOCUMENT_INVALID", "tasks"),
     ("task missing type", {"name": "x", "tasks": [{"id": "lonely", "config": {}}], "streams": []}, 422, "DOCUMENT_INVALID", "task 'lonely'"),

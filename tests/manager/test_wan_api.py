@@ -48,6 +48,9 @@ def test_a_bad_configuration_is_refused_naming_the_field(client):
     assert answer.status_code == 422
     assert answer.json()["code"] == "WAN_CONFIG_INVALID"
     assert "links[0].to: unknown site 'b'" in answer.json()["detail"]
+    nested = client.put("/wan", content=b'{"sites": ' + b"[" * 5000 + b"]" * 5000 + b"}")
+    assert nested.status_code == 422 and "nests deeper" in nested.json()["detail"]
+    assert client.get("/wan").status_code == 404  # nothing was stored
     answer = client.post("/dataflows", content=json.dumps(chain(source(topic="nowhere"), task("o", "sink", topic="x"))))
     assert answer.status_code == 201  # no WAN configuration: sites are not needed
 
