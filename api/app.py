@@ -112,7 +112,7 @@ def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-_ERRORS = {status: {"model": schemas.ErrorOut} for status in (401, 403, 404, 409, 413, 422, 502, 503)}
+_ERRORS = {status: {"model": schemas.ErrorOut} for status in (401, 403, 404, 409, 413, 422, 429, 502, 503)}
 
 
 def _routes(app: FastAPI) -> None:

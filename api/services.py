@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import redis
 
 from api.health import KafkaProbe
-from manager.service import Manager
+from manager.service import Limits, Manager
 from runtime.dryrun import DryRunRuntime
 from sana.auth import Principals
 from sana.settings import Settings
@@ -52,6 +52,8 @@ def build_services(settings: Settings) -> Services:
                                settings.spark_master, settings.checkpoint_dir, trigger_s=settings.trigger_s,
                                keyed_workers=settings.keyed_workers, reshape=reshape)
     manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config, sharing=settings.sharing,
-                      defrag_after_removals=settings.defrag_after_removals)
+                      defrag_after_removals=settings.defrag_after_removals,
+                      limits=Limits(settings.max_tasks_per_dataflow, settings.max_dataflows_per_owner,
+                                    settings.max_running_tasks))
     kafka = None if settings.dry_run else KafkaProbe(settings.effective_kafka_bootstrap)
     return Services(settings, client, manager, kafka, note, principals)

@@ -130,3 +130,17 @@ class DeployFailed(SanaError):
 
     code = "DEPLOY_FAILED"
     status = 502
+
+
+class LimitExceeded(SanaError):
+    """A change would take a caller over one of its limits (``culprit["limit"]`` names the setting)."""
+
+    code = "LIMIT_EXCEEDED"
+    status = 429
+
+
+class ServiceFull(SanaError):
+    """A change would take the whole service over a limit; it takes no more until something is removed."""
+
+    code = "SERVICE_FULL"
+    status = 503

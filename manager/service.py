@@ -24,7 +24,7 @@ import redis
 
 from manager import merge
 from manager.costs import attribute
-from manager.exceptions import DataflowNotFound, DeployFailed, StateUnavailable
+from manager.exceptions import DataflowNotFound, DeployFailed, LimitExceeded, ServiceFull, StateUnavailable
 from manager.model import Dataflow
 from manager.state import State, SubmittedDataflow
 from manager.store import StaleState, Store
@@ -83,6 +83,34 @@ class RemoveResult:
         return {"id": self.id, "terminated": self.terminated}
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one dataflow, one owner and the whole service may hold; checked before anything changes."""
+
+    tasks_per_dataflow: int = 200
+    dataflows_per_owner: int = 1000
+    running_tasks: int = 20_000
+
+    def check_dataflow(self, flow: Dataflow) -> None:
+        if len(flow.tasks) > self.tasks_per_dataflow:
+            raise LimitExceeded(f"dataflow {flow.name!r} has {len(flow.tasks)} tasks; at most "
+                                f"{self.tasks_per_dataflow} per dataflow (SANA_MAX_TASKS_PER_DATAFLOW)",
+                                culprit={"limit": "SANA_MAX_TASKS_PER_DATAFLOW"})
+
+    def check_owner(self, state: State, owner: str | None) -> None:
+        owned = sum(1 for flow in state.dataflows.values() if flow.owner == owner)
+        if owned >= self.dataflows_per_owner:
+            raise LimitExceeded(f"owner {owner!r} has {owned} dataflows; at most {self.dataflows_per_owner} "
+                                "(SANA_MAX_DATAFLOWS_PER_OWNER): remove one first",
+                                culprit={"limit": "SANA_MAX_DATAFLOWS_PER_OWNER"})
+
+    def check_service(self, state: State, new_tasks: int) -> None:
+        if len(state.tasks) + new_tasks > self.running_tasks:
+            raise ServiceFull(f"the service runs {len(state.tasks)} tasks and this dataflow needs {new_tasks} more; "
+                              f"at most {self.running_tasks} (SANA_MAX_RUNNING_TASKS)",
+                              culprit={"limit": "SANA_MAX_RUNNING_TASKS"})
+
+
 class Manager:
     """The reuse manager over one Redis prefix and one runtime."""
 
@@ -95,14 +123,17 @@ class Manager:
         wan_config: str | Path | None = None,
         sharing: bool = True,
         defrag_after_removals: int = 0,
+        limits: Limits | None = None,
     ):
         """``wan_config`` names a WAN configuration file (``SANA_WAN_CONFIG``), applied at :meth:`start`.
 
         ``sharing=False`` (``SANA_SHARING=false``) runs every dataflow alone: the baseline that
         shows what sharing saves. Dataflows submitted while it was on stay shared.
         ``defrag_after_removals=N`` runs :meth:`defragment` in the background after every
-        N-th removal (``SANA_DEFRAG_AFTER_REMOVALS``; 0 never).
+        N-th removal (``SANA_DEFRAG_AFTER_REMOVALS``; 0 never). ``limits``: what one dataflow,
+        one owner and the whole service may hold (:class:`Limits`).
         """
+        self.limits = limits or Limits()
         self.store = Store(client, prefix)
         self.runtime = runtime
         self.clock = clock
@@ -153,10 +184,13 @@ class Manager:
         return self.submit_validated(flow)
 
     def submit_validated(self, flow: Dataflow) -> SubmitResult:
+        self.limits.check_dataflow(flow)
         self._ensure_started()
         with self._guard(), self._changing, self._mutex, self.store.lock():
             self._sync()
+            self.limits.check_owner(self.state, flow.owner)
             plan = merge.plan_merge(self.state, flow, self.clock(), sharing=self.sharing)
+            self.limits.check_service(self.state, len(plan.new_tasks))
             version = self._deploy_and_commit(plan.change, lambda: self.store.commit_merge(plan, self.state), plan.dataflow.id)
             merge.apply_merge(self.state, plan)
             self.state.version = version

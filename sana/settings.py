@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     )
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")
     api_port: int = Field(8000, ge=1, le=65535, description="Port the API listens on.")
+    max_tasks_per_dataflow: int = Field(200, ge=1, le=100_000, description="Most tasks one dataflow may have (429 over it).")
+    max_dataflows_per_owner: int = Field(1000, ge=1, le=1_000_000, description="Most dataflows one owner may run (429 over it).")
+    max_running_tasks: int = Field(20_000, ge=1, le=10_000_000, description="Most running tasks the whole service takes (503 over it).")
     tokens_file: Path | None = Field(
         None, description="JSON file of principals and their tokens' SHA-256 (sana/auth.py, `sana token new`); "
         "without it the service runs in single-user mode and `sana up` listens on loopback only.")

@@ -66,6 +66,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "dryRun": True,
         "sharing": False,
         "defrag": {"afterRemovals": 10},
+        "limits": {"tasksPerDataflow": 50, "dataflowsPerOwner": 20, "runningTasks": 5000},
         "redis": {"mode": "external", "external": {"url": "rediss://:pw@redis.example:6380/0"}},
         "kafka": {"mode": "external", "external": {"bootstrap": "broker.example:9093"}},
         "networkPolicy": {"enabled": False},
@@ -187,6 +188,9 @@ SANA_SETTINGS_IN_POD = {
     "SANA_RESHAPE_MAX_HELPERS",
     "SANA_WAN_CONFIG",
     "SANA_TOKENS_FILE",
+    "SANA_MAX_TASKS_PER_DATAFLOW",
+    "SANA_MAX_DATAFLOWS_PER_OWNER",
+    "SANA_MAX_RUNNING_TASKS",
 }
 
 # Optional settings: the pod carries them only when their value is set (else the

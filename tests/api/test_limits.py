@@ -1,0 +1,61 @@
+"""Limits: tasks per dataflow, dataflows per owner (429) and running tasks of the service (503), naming the limit."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from tests.fixtures.dataflows import chain, source, task, urban_etl
+
+pytestmark = pytest.mark.redis
+
+
+def _client(settings_factory, **limits) -> TestClient:
+    return TestClient(create_app(settings_factory(**limits)))
+
+
+def _unchanged(client: TestClient, before: dict) -> None:
+    assert client.get("/stats").json() == before["stats"]
+    assert client.get("/dataflows").json() == before["dataflows"]
+
+
+def _snapshot(client: TestClient) -> dict:
+    return {"stats": client.get("/stats").json(), "dataflows": client.get("/dataflows").json()}
+
+
+def test_a_dataflow_over_the_task_limit_gets_429(settings_factory):
+    with _client(settings_factory, max_tasks_per_dataflow=3) as client:
+        before = _snapshot(client)
+        refused = client.post("/dataflows", json=urban_etl())
+        assert refused.status_code == 429
+        assert refused.json()["code"] == "LIMIT_EXCEEDED"
+        assert refused.json()["culprit"] == {"limit": "SANA_MAX_TASKS_PER_DATAFLOW"}
+        assert "4 tasks; at most 3" in refused.json()["detail"]
+        _unchanged(client, before)
+
+
+def test_an_owner_over_the_dataflow_limit_gets_429_until_one_is_removed(settings_factory):
+    with _client(settings_factory, max_dataflows_per_owner=1) as client:
+        first = client.post("/dataflows", json={**urban_etl("a"), "owner": "ann"}).json()
+        assert client.post("/dataflows", json={**urban_etl("b"), "owner": "bob"}).status_code == 201  # another owner
+        before = _snapshot(client)
+        refused = client.post("/dataflows", json={**urban_etl("c"), "owner": "ann"})
+        assert refused.status_code == 429 and refused.json()["culprit"] == {"limit": "SANA_MAX_DATAFLOWS_PER_OWNER"}
+        assert "owner 'ann' has 1 dataflows" in refused.json()["detail"]
+        _unchanged(client, before)
+        assert client.delete(f"/dataflows/{first['id']}").status_code == 200
+        assert client.post("/dataflows", json={**urban_etl("c"), "owner": "ann"}).status_code == 201
+
+
+def test_a_full_service_answers_503_but_shared_work_still_fits(settings_factory):
+    with _client(settings_factory, max_running_tasks=5) as client:
+        assert client.post("/dataflows", json=urban_etl("a")).status_code == 201  # 4 running
+        assert client.post("/dataflows", json=urban_etl("b")).status_code == 201  # shares 3, adds a sink: 5
+        before = _snapshot(client)
+        other = chain(source(topic="elsewhere"), task("out", "sink", topic="c"), name="other")
+        refused = client.post("/dataflows", json=other)
+        assert refused.status_code == 503
+        assert refused.json()["code"] == "SERVICE_FULL" and refused.json()["culprit"] == {"limit": "SANA_MAX_RUNNING_TASKS"}
+        assert "runs 5 tasks and this dataflow needs 2 more; at most 5" in refused.json()["detail"]
+        _unchanged(client, before)
