@@ -27,7 +27,7 @@ from api.services import Services, build_services
 from manager.document import DataflowDocument
 from manager.service import Manager, task_wan_fields
 from manager.validate import parse_dataflow
-from sana.auth import Forbidden, Principal, Unauthenticated, check_owner
+from sana.auth import Forbidden, Principal, Unauthenticated, check_owner, check_topics
 from sana.errors import SanaError
 from sana.settings import Settings, get_settings
 
@@ -130,6 +130,7 @@ def _routes(app: FastAPI) -> None:
                 if flow.owner not in (None, principal.name) and not principal.admin:
                     raise Forbidden(f"owner {flow.owner!r}: a user submits dataflows as themselves ({principal.name!r})",
                                     culprit={"field": "owner"})
+                check_topics(principal, flow.tasks)
                 flow = replace(flow, owner=flow.owner or principal.name)
             return manager.submit_validated(flow).to_dict()
 

@@ -3,9 +3,15 @@
 A tokens file (``SANA_TOKENS_FILE``, JSON) lists the principals::
 
     {"principals": [
-        {"name": "alice", "role": "user",  "token_sha256": "9f86d0..."},
+        {"name": "alice", "role": "user",  "token_sha256": "9f86d0...",
+         "read_topics": ["riot-*"], "write_topics": []},
         {"name": "ops",   "role": "admin", "token_sha256": "60303a..."}
     ]}
+
+Topics: a user's sinks write only topics in their namespace (``<name>.``, or
+``topic_prefix``) or matching one of ``write_topics`` (patterns an admin
+grants, ``fnmatch`` style); their sources read only their namespace and
+``read_topics``. An admin reads and writes any topic.
 
 Only the SHA-256 of each token is stored: tokens are random 256-bit strings
 (``sana token new`` makes one), so a plain hash cannot be reversed and needs
@@ -17,13 +23,15 @@ the admin ``local``, and ``sana up`` refuses to listen beyond loopback.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from sana.errors import SanaError
 
@@ -47,14 +55,42 @@ class TokensFileInvalid(SanaError):
     status = 500
 
 
+class TopicForbidden(SanaError):
+    code = "TOPIC_FORBIDDEN"
+    status = 403
+
+
 @dataclass(frozen=True)
 class Principal:
     name: str
     role: Role
+    topic_prefix: str = ""
+    read_topics: tuple[str, ...] = ()
+    write_topics: tuple[str, ...] = ()
 
     @property
     def admin(self) -> bool:
         return self.role == "admin"
+
+    @property
+    def namespace(self) -> str:
+        return self.topic_prefix or f"{self.name}."
+
+    def may_read(self, topic: str) -> bool:
+        """
+        >>> ann = Principal("ann", "user", read_topics=("riot-*",))
+        >>> ann.may_read("ann.alerts"), ann.may_read("riot-grid"), ann.may_read("bob.alerts")
+        (True, True, False)
+        """
+        return self.admin or topic.startswith(self.namespace) or any(fnmatch.fnmatchcase(topic, p) for p in self.read_topics)
+
+    def may_write(self, topic: str) -> bool:
+        """
+        >>> ann = Principal("ann", "user", write_topics=("shared.alerts",))
+        >>> ann.may_write("ann.out"), ann.may_write("shared.alerts"), ann.may_write("riot-grid")
+        (True, True, False)
+        """
+        return self.admin or topic.startswith(self.namespace) or any(fnmatch.fnmatchcase(topic, p) for p in self.write_topics)
 
 
 def token_hash(token: str) -> str:
@@ -105,8 +141,8 @@ class Principals:
         """Principals from a tokens document.
 
         >>> p = Principals.parse({"principals": [{"name": "ann", "role": "user", "token_sha256": token_hash("t")}]}, "x")
-        >>> p.authenticate("t")
-        Principal(name='ann', role='user')
+        >>> p.authenticate("t").name, p.authenticate("t").namespace
+        ('ann', 'ann.')
         >>> Principals.parse({"principals": [{"name": "ann", "role": "root", "token_sha256": "ab"}]}, "x")
         Traceback (most recent call last):
         ...
@@ -133,8 +169,17 @@ class Principals:
                 raise TokensFileInvalid(f"{where}: name listed twice")
             if digest.lower() in by_hash:
                 raise TokensFileInvalid(f"{where}: same token as {by_hash[digest.lower()].name!r}")
+            topics = {}
+            for field in ("read_topics", "write_topics"):
+                patterns = entry.get(field, [])
+                if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+                    raise TokensFileInvalid(f"{where}: {field} must be a list of topic patterns")
+                topics[field] = tuple(patterns)
+            prefix = entry.get("topic_prefix", "")
+            if not isinstance(prefix, str):
+                raise TokensFileInvalid(f"{where}: topic_prefix must be a string")
             names.add(name)
-            by_hash[digest.lower()] = Principal(name, role)
+            by_hash[digest.lower()] = Principal(name, role, prefix, topics["read_topics"], topics["write_topics"])
         return cls(by_hash, source)
 
     def authenticate(self, token: str | None) -> Principal:
@@ -147,6 +192,22 @@ class Principals:
         if principal is None:
             raise Unauthenticated("unknown or revoked token")
         return principal
+
+
+def check_topics(principal: Principal, tasks: Mapping[str, Any]) -> None:
+    """Raise :class:`TopicForbidden` naming the first source or sink whose topic ``principal`` may not use."""
+    for task_id, task in tasks.items():
+        topic = task.config.get("topic") if task.type in ("source", "sink") else None
+        if topic is None:
+            continue
+        if task.type == "source" and not principal.may_read(topic):
+            raise TopicForbidden(f"task {task_id!r} (source) reads topic {topic!r}, which {principal.name!r} may not "
+                                 f"read (their namespace: {principal.namespace!r}; an admin grants read_topics)",
+                                 culprit={"task": task_id, "field": "config.topic"})
+        if task.type == "sink" and not principal.may_write(topic):
+            raise TopicForbidden(f"task {task_id!r} (sink) writes topic {topic!r}, outside {principal.name!r}'s "
+                                 f"namespace {principal.namespace!r} (an admin grants write_topics)",
+                                 culprit={"task": task_id, "field": "config.topic"})
 
 
 def check_owner(principal: Principal, owner: str | None, what: str) -> None:

@@ -26,7 +26,8 @@ TOKENS = {"ann": ("user", "ann-token"), "bob": ("user", "bob-token"), "ops": ("a
 
 def _tokens_file(tmp_path: Path) -> Path:
     path = tmp_path / "tokens.json"
-    path.write_text(json.dumps({"principals": [{"name": name, "role": role, "token_sha256": token_hash(token)}
+    path.write_text(json.dumps({"principals": [{"name": name, "role": role, "token_sha256": token_hash(token),
+                                                "read_topics": ["urban"]}
                                                for name, (role, token) in TOKENS.items()]}))
     return path
 
@@ -53,7 +54,7 @@ def test_requests_without_a_valid_token_get_401(app_client):
 
 
 def test_the_caller_owns_what_it_submits_and_only_the_owner_or_an_admin_sees_or_removes_it(app_client):
-    created = app_client.post("/dataflows", json=urban_etl(), headers=_as("ann"))
+    created = app_client.post("/dataflows", json=urban_etl("ann.alerts"), headers=_as("ann"))
     assert created.status_code == 201, created.text
     flow_id = created.json()["id"]
 
@@ -71,8 +72,8 @@ def test_the_caller_owns_what_it_submits_and_only_the_owner_or_an_admin_sees_or_
 
 
 def test_sharing_crosses_owners(app_client):
-    first = app_client.post("/dataflows", json=urban_etl(sink_topic="a"), headers=_as("ann")).json()
-    second = app_client.post("/dataflows", json=urban_etl(sink_topic="b"), headers=_as("bob")).json()
+    first = app_client.post("/dataflows", json=urban_etl(sink_topic="ann.a"), headers=_as("ann")).json()
+    second = app_client.post("/dataflows", json=urban_etl(sink_topic="bob.b"), headers=_as("bob")).json()
     assert set(second["reused"]) == {"src", "hot", "proj"}
     assert second["tasks"]["proj"] == first["tasks"]["proj"]
     # removing ann's dataflow keeps what bob's still uses
@@ -81,12 +82,29 @@ def test_sharing_crosses_owners(app_client):
 
 
 def test_a_user_submits_as_themselves_and_an_admin_on_behalf_of_anyone(app_client):
-    refused = app_client.post("/dataflows", json={**urban_etl(), "owner": "bob"}, headers=_as("ann"))
+    refused = app_client.post("/dataflows", json={**urban_etl("ann.x"), "owner": "bob"}, headers=_as("ann"))
     assert refused.status_code == 403 and "'bob'" in refused.json()["detail"]
     assert app_client.get("/dataflows", headers=_as("ops")).json() == {"dataflows": []}
     on_behalf = app_client.post("/dataflows", json={**urban_etl(), "owner": "bob"}, headers=_as("ops"))
     assert on_behalf.status_code == 201
     assert [flow["owner"] for flow in app_client.get("/dataflows", headers=_as("bob")).json()["dataflows"]] == ["bob"]
+
+
+def test_users_write_their_namespace_and_read_what_they_are_granted(app_client):
+    before = app_client.get("/stats", headers=_as("ops")).json()
+    outside = app_client.post("/dataflows", json=urban_etl("alerts"), headers=_as("ann"))
+    assert outside.status_code == 403 and outside.json()["code"] == "TOPIC_FORBIDDEN"
+    assert outside.json()["culprit"] == {"task": "out", "field": "config.topic"}
+    assert "writes topic 'alerts', outside 'ann''s namespace 'ann.'" in outside.json()["detail"]
+    others = app_client.post("/dataflows", json=urban_etl("bob.alerts"), headers=_as("ann"))
+    assert others.status_code == 403 and "'bob.alerts'" in others.json()["detail"]
+    unreadable = urban_etl("ann.alerts")
+    unreadable["tasks"][0]["config"]["topic"] = "payroll"
+    refused = app_client.post("/dataflows", json=unreadable, headers=_as("ann"))
+    assert refused.status_code == 403 and "reads topic 'payroll'" in refused.json()["detail"]
+    assert refused.json()["culprit"] == {"task": "src", "field": "config.topic"}
+    assert app_client.get("/stats", headers=_as("ops")).json() == before
+    assert app_client.post("/dataflows", json=urban_etl("anywhere"), headers=_as("ops")).status_code == 201  # an admin
 
 
 def test_every_owners_view_is_for_admins(app_client):
@@ -114,7 +132,7 @@ def test_cli_sends_its_token_and_makes_tokens(settings_factory, tmp_path):
                               timeout=60, env=env)
 
     path = tmp_path / "flow.json"
-    path.write_text(json.dumps(urban_etl()))
+    path.write_text(json.dumps(urban_etl("ann.alerts")))
     with ServerThread(create_app(settings_factory(tokens_file=_tokens_file(tmp_path)))) as url:
         refused = sana("submit", str(path))
         assert refused.returncode == cli.EXIT_SERVER and "401" in refused.stderr

@@ -101,7 +101,8 @@ def test_a_service_with_tokens_needs_one_and_the_inspector_sends_it(settings_fac
 
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"principals": [{"name": "ops", "role": "admin", "token_sha256": token_hash("ops-token")},
-                                                 {"name": "ann", "role": "user", "token_sha256": token_hash("ann-token")}]}))
+                                                 {"name": "ann", "role": "user", "token_sha256": token_hash("ann-token"),
+                                                  "read_topics": ["urban-*"], "write_topics": ["urban-*"]}]}))
     with ServerThread(create_app(settings_factory(tokens_file=tokens))) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
         try:

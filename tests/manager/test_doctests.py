@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 MODULES = ["manager.merge", "manager.signature", "manager.validate", "manager.costs", "scheduler.fragments",
-           "runtime.costs", "api.cli", "runtime.operators.sql"]
+           "runtime.costs", "api.cli", "runtime.operators.sql",
+           "sana.auth"]
 
 
 @pytest.mark.parametrize("name", MODULES)
