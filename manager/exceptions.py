@@ -91,7 +91,7 @@ class SinkTopicConflict(DataflowInvalid):
 
 
 class SinkTopicTaken(DataflowInvalid):
-    """A new sink would write a topic that a running, non-equivalent sink already writes."""
+    """A new sink would write a topic that another owner's running sink writes (or another instance of itself)."""
 
     code = "SINK_TOPIC_TAKEN"
     status = 409

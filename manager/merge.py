@@ -152,7 +152,8 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
     that the new tasks connect are merged, the largest keeping its id.
 
     Raises :class:`SinkTopicTaken` if a new sink would write a topic that a
-    running sink writes; :class:`~wan_sim.exceptions.WanSiteUnknown` when a
+    running sink of another owner writes (or, with a WAN configuration, another
+    instance of the same computation); :class:`~wan_sim.exceptions.WanSiteUnknown` when a
     source's site is unknown to the WAN configuration;
     :class:`~scheduler.exceptions.PlacementImpossible` when no site can run a task.
     With ``sharing`` off nothing already running is reused (see :func:`isolated`).
@@ -250,7 +251,7 @@ def _share_everything(
             created_specs[running] = spec
             created_by_signature[signature] = running
             if task.type == "sink":
-                _check_topic_free(state, task_id, spec)
+                _check_topic_free(state, task_id, spec, flow.owner)
         task_map[task_id] = running
     return task_map, created_specs
 
@@ -289,7 +290,7 @@ def _share_by_wan(state: State, flow: Dataflow, parents_of: dict[str, list[tuple
             spec = TaskSpec(running, item.signature, task.type, task.config, decision.site, inputs, "", flow.schemas[item.id])
             created_specs[running] = spec
             if task.type == "sink":
-                _check_topic_free(state, item.id, spec, any_writer=True)
+                _check_topic_free(state, item.id, spec, flow.owner, any_writer=True)
             refused = [refusal for refusal in decision.refused if refusal.kind == "IN-OP"]
             if refused:
                 notes[running] = [refusal.to_dict() for refusal in refused]
@@ -369,21 +370,24 @@ def _with_fragment(spec: TaskSpec, fragment: str) -> TaskSpec:
     return TaskSpec(spec.id, spec.signature, spec.type, spec.config, spec.site, spec.inputs, fragment, spec.schema)
 
 
-def _check_topic_free(state: State, submitted_id: str, sink: TaskSpec, any_writer: bool = False) -> None:
+def _check_topic_free(state: State, submitted_id: str, sink: TaskSpec, owner: str | None, any_writer: bool = False) -> None:
+    """A topic takes the sinks of one owner's dataflows, each writing its own records; never two instances of one
+    computation (their records would repeat), never another owner's."""
     topic = sink.config["topic"]
-    writer = state.sink_topics.get(topic)
-    if writer is not None and any_writer and writer != sink.id and state.tasks[writer].signature == sink.signature:
+    writers = sorted(state.sink_topics.get(topic, set()) - {sink.id})
+    for writer in writers:
+        if any_writer and state.tasks[writer].signature == sink.signature:
+            raise SinkTopicTaken(
+                f"sink {submitted_id!r} writes topic {topic!r}, which running sink {writer!r} already writes from "
+                f"another instance of the same computation; a second writer would duplicate its records",
+                culprit={"task": submitted_id, "field": "config.topic"},
+            )
+    users = sorted({flow for writer in writers for flow in state.users.get(writer, ())})
+    others = sorted({str(state.dataflows[flow].owner) for flow in users if state.dataflows[flow].owner != owner})
+    if others:
         raise SinkTopicTaken(
-            f"sink {submitted_id!r} writes topic {topic!r}, which running sink {writer!r} already writes from "
-            f"another instance of the same computation; a second writer would duplicate its records",
-            culprit={"task": submitted_id, "field": "config.topic"},
-        )
-    if writer is not None and writer != sink.id:
-        users = ", ".join(sorted(state.users.get(writer, ())))
-        raise SinkTopicTaken(
-            f"sink {submitted_id!r} writes topic {topic!r}, which running sink {writer!r} "
-            f"(dataflows: {users}) already writes; a topic has one writing computation (an equal one is shared, "
-            f"unless sharing is off)",
+            f"sink {submitted_id!r} writes topic {topic!r}, which dataflows {', '.join(users)} of owner(s) "
+            f"{', '.join(others)} already write; a topic takes the writers of one owner",
             culprit={"task": submitted_id, "field": "config.topic"},
         )
 

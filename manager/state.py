@@ -66,7 +66,8 @@ class State:
     - ``children``: running task id -> running tasks reading its output;
     - ``dag_of`` / ``dag_members``: the running DAGs (connected components);
     - ``fragments``: fragment id -> running task ids;
-    - ``sink_topics``: topic -> the running sink task writing it;
+    - ``sink_topics``: topic -> the running sink tasks writing it (several only for
+      dataflows of one owner: a topic takes writers of one owner);
     - ``wan``: the WAN configuration, or None (then every equivalent task is shared);
     - ``rates``: estimated output Mbps of every running task (with ``wan``);
     - ``arrivals``: producer -> other site -> its consumers there (the routers);
@@ -82,7 +83,7 @@ class State:
     dag_of: dict[str, str] = field(default_factory=dict)
     dag_members: dict[str, set[str]] = field(default_factory=dict)
     fragments: dict[str, set[str]] = field(default_factory=dict)
-    sink_topics: dict[str, str] = field(default_factory=dict)
+    sink_topics: dict[str, set[str]] = field(default_factory=dict)
     instances: dict[str, set[str]] = field(default_factory=dict)
     wan: WanConfig | None = None
     rates: dict[str, float] = field(default_factory=dict)
@@ -110,7 +111,7 @@ class State:
             self.children.setdefault(parent, set()).add(task.id)
         self.fragments.setdefault(task.fragment, set()).add(task.id)
         if task.type == "sink":
-            self.sink_topics[task.config["topic"]] = task.id
+            self.sink_topics.setdefault(task.config["topic"], set()).add(task.id)
         self.set_dag(task.id, dag)
 
     def drop_task(self, task_id: str) -> TaskSpec:
@@ -138,8 +139,11 @@ class State:
         members.discard(task_id)
         if not members:
             del self.fragments[task.fragment]
-        if task.type == "sink" and self.sink_topics.get(task.config["topic"]) == task_id:
-            del self.sink_topics[task.config["topic"]]
+        if task.type == "sink":
+            writers = self.sink_topics.get(task.config["topic"], set())
+            writers.discard(task_id)
+            if not writers:
+                self.sink_topics.pop(task.config["topic"], None)
         dag = self.dag_of.pop(task_id)
         self.dag_members[dag].discard(task_id)
         if not self.dag_members[dag]:

@@ -72,12 +72,27 @@ def test_running_lists_dags_with_tasks_sites_fragments_and_users(client):
     assert filtered["config"] == {"expr": "temp > 30"}
 
 
-def test_sink_topic_written_by_another_computation_is_409(client):
-    assert client.post("/dataflows", json=urban_etl("shared-topic", threshold=30)).status_code == 201
-    response = client.post("/dataflows", json=urban_etl("shared-topic", threshold=35))
+def test_sink_topic_written_by_another_owner_is_409(client):
+    assert client.post("/dataflows", json={**urban_etl("shared-topic", threshold=30), "owner": "ann"}).status_code == 201
+    response = client.post("/dataflows", json={**urban_etl("shared-topic", threshold=35), "owner": "bob"})
     assert response.status_code == 409
-    assert "sink 'out' writes topic 'shared-topic'" in response.json()["detail"]
+    assert "sink 'out' writes topic 'shared-topic', which dataflows df-1 of owner(s) ann already write" in response.json()["detail"]
     assert client.get("/stats").json()["submitted_dataflows"] == 1
+
+
+def test_one_owners_dataflows_may_write_one_topic_and_removal_stops_only_its_writer(client):
+    first = client.post("/dataflows", json={**urban_etl("ann-alerts", threshold=30), "owner": "ann"}).json()
+    second = client.post("/dataflows", json={**urban_etl("ann-alerts", threshold=35), "owner": "ann"})
+    assert second.status_code == 201, second.text
+    second = second.json()
+    assert second["sinks"]["out"]["topic"] == first["sinks"]["out"]["topic"] == "ann-alerts"
+    assert second["tasks"]["out"] != first["tasks"]["out"]  # two computations, two writers
+    removed = client.delete(f"/dataflows/{first['id']}").json()
+    assert first["tasks"]["out"] in removed["terminated"] and second["tasks"]["out"] not in removed["terminated"]
+    running = {task["id"] for dag in client.get("/running").json()["dags"] for task in dag["tasks"]}
+    assert second["tasks"]["out"] in running and first["tasks"]["out"] not in running
+    third = client.post("/dataflows", json={**urban_etl("ann-alerts", threshold=40), "owner": "bob"})
+    assert third.status_code == 409  # the topic is still ann's
 
 
 def test_openapi_documents_every_endpoint(client):

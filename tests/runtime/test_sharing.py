@@ -147,3 +147,24 @@ def test_removing_one_of_three_stops_only_its_unshared_work(manager_factory, kaf
     produce(kafka_bootstrap, urban, last)
     wait_sink(manager, kafka_bootstrap, sinks["a"], expect_a(everything + last))
     assert len(read_all(kafka_bootstrap, sinks["b"])) == b_before, "B's sink still receives records after DELETE"
+
+
+def test_two_dataflows_of_one_owner_write_one_topic_and_removal_stops_only_its_writes(manager_factory, kafka_bootstrap,
+                                                                                        topic_factory):
+    """A normal Kafka pattern: several writers into one topic. A's and B's records both arrive; after A is removed,
+    only B's do, and none of A's records is lost or repeated."""
+    manager = manager_factory(trigger_s=0.5)
+    urban = topic_factory("urban", partitions=2)
+    shared = f"{urban}-shared"
+    first = manager.submit({**flow_a(urban, shared), "owner": "ann"})
+    second = manager.submit({**flow_b(urban, shared), "owner": "ann"})
+    before_removal = urban_records(0, 400)
+    produce(kafka_bootstrap, urban, before_removal)
+    wait_sink(manager, kafka_bootstrap, shared, expect_a(before_removal) + expect_b(before_removal))
+
+    removed = manager.remove(first.id)
+    assert first.tasks["out"] in removed.terminated and second.tasks["out"] not in removed.terminated
+    after_removal = urban_records(400, 400)
+    produce(kafka_bootstrap, urban, after_removal)
+    wait_sink(manager, kafka_bootstrap, shared,
+              expect_a(before_removal) + expect_b(before_removal) + expect_b(after_removal))
