@@ -36,7 +36,6 @@ import functools
 import hashlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile

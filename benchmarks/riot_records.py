@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from benchmarks.riot import MODEL_SCHEMA, MODEL_TOPICS, SOURCE_SCHEMAS, SOURCE_TOPICS
+from benchmarks.riot import MODEL_TOPICS, SOURCE_TOPICS
 from runtime.workload import iso
 
 ENTITIES = 40  # the bloom sets cover ids 000-031
