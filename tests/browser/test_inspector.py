@@ -121,7 +121,11 @@ def test_a_service_with_tokens_needs_one_and_the_inspector_sends_it(settings_fac
             page.click("#use-token")
             expect(page.locator("#auth-state")).to_have_text("token in use")
             expect(page.locator("#running-tasks")).to_have_text("0")
-            _submit(page, json.loads((EXAMPLES / "riot-etl.json").read_text()))
+            example = json.loads((EXAMPLES / "riot-etl.json").read_text())
+            _submit(page, example)  # the example names another owner: a user submits as themselves
+            expect(page.locator("#submit-result")).to_contain_text("403 FORBIDDEN: owner 'ana'")
+            example.pop("owner")
+            _submit(page, example)
             expect(page.locator("#submit-result")).to_contain_text("Submitted df-1")
             expect(page.locator("tr[data-id='df-1']")).to_contain_text("ann")
             expect(page.locator("svg .node")).to_have_count(0)  # the running DAGs are an admin's view
