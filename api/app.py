@@ -27,7 +27,8 @@ from api.services import Services, build_services
 from manager.document import DataflowDocument
 from manager.service import Manager, task_wan_fields
 from manager.validate import parse_dataflow
-from sana.auth import Forbidden, Principal, Unauthenticated, check_owner, check_topics
+from sana.auth import Principal, check_owner, check_topics
+from sana.exceptions import Forbidden, Unauthenticated
 from sana.errors import SanaError
 from sana.settings import Settings, get_settings
 

@@ -23,7 +23,8 @@ from urllib.parse import urlparse
 
 import redis
 
-from sana.auth import Principals, TokensFileInvalid
+from sana.auth import Principals
+from sana.exceptions import TokensFileInvalid
 from sana.errors import SanaError
 from sana.settings import EMBEDDED_KAFKA_HOST, Settings
 

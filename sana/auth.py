@@ -28,36 +28,16 @@ import hashlib
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, Literal
 
-from sana.errors import SanaError
+from sana.exceptions import Forbidden, TokensFileInvalid, TopicForbidden, Unauthenticated
 
 Role = Literal["user", "admin"]
 NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 SINGLE_USER = "local"
-
-
-class Unauthenticated(SanaError):
-    code = "UNAUTHENTICATED"
-    status = 401
-
-
-class Forbidden(SanaError):
-    code = "FORBIDDEN"
-    status = 403
-
-
-class TokensFileInvalid(SanaError):
-    code = "TOKENS_FILE_INVALID"
-    status = 500
-
-
-class TopicForbidden(SanaError):
-    code = "TOPIC_FORBIDDEN"
-    status = 403
 
 
 @dataclass(frozen=True)
@@ -146,7 +126,7 @@ class Principals:
         >>> Principals.parse({"principals": [{"name": "ann", "role": "root", "token_sha256": "ab"}]}, "x")
         Traceback (most recent call last):
         ...
-        sana.auth.TokensFileInvalid: tokens file x: principals[0] ('ann'): role must be 'user' or 'admin', not 'root'
+        sana.exceptions.TokensFileInvalid: tokens file x: principals[0] ('ann'): role must be 'user' or 'admin', not 'root'
         """
         entries = raw.get("principals") if isinstance(raw, dict) else None
         if not isinstance(entries, list) or not entries:
