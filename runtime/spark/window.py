@@ -4,9 +4,9 @@ Per micro-batch:
 
 1. A small job finds the batch's largest event time (one number to the
    driver; one job for all the windows of a fragment that read no keyed
-   output, :meth:`WindowAggregate.scan_sql`), which gives the watermark after
-   the batch: max(event time seen) - ``watermark``. The watermark in force when the batch starts closes the
-   windows that end at or before it.
+   output, :meth:`WindowAggregate.scan_sql`), which gives the watermark
+   after the batch: max(event time seen) - ``watermark``. The watermark in
+   force when the batch starts closes the windows that end at or before it.
 2. The rows (keys, event time, one input column per partial aggregate) are
    routed to logical workers and shuffled, worker i on Spark task i. Each
    worker (:class:`~runtime.spark.window_worker.WindowStep`) assigns rows to
