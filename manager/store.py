@@ -20,6 +20,8 @@ cannot overwrite a newer state.
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,11 +37,20 @@ from runtime.plan import TaskSpec
 from wan_sim.exceptions import WanConfigInvalid
 from wan_sim.topology import WanConfig, parse_wan_config
 
-LOCK_TTL_MS = 120_000
+log = logging.getLogger("sana.manager.store")
+
+# The writer lock is a lease: held for LOCK_TTL_MS and renewed every third of it while its holder
+# lives, so a change may take as long as it needs and a holder killed with -9 blocks the next
+# writer (a restarted service) for LOCK_TTL_MS at most.
+LOCK_TTL_MS = 10_000
 LOCK_WAIT_S = 30.0
 
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+_RENEW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
 return 0
 """
 
@@ -65,6 +76,7 @@ class Store:
         self.lock_key = f"{prefix}:lock"
         self.pending = f"{prefix}:pending"
         self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(_RENEW)
 
     # -- locking -----------------------------------------------------------------
 
@@ -79,10 +91,25 @@ class Store:
                 raise StateBusy(f"another manager has held {self.lock_key!r} for over {wait_s:.0f} s")
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
+        released = threading.Event()
+        renewer = threading.Thread(target=self._keep_lock, args=(token, released), name="sana-lock-lease", daemon=True)
+        renewer.start()
         try:
             yield
         finally:
+            released.set()
+            renewer.join()
             self._release(keys=[self.lock_key], args=[token])
+
+    def _keep_lock(self, token: str, released: threading.Event) -> None:
+        """Renew the lease until released; a lost lease is logged (the commit's version check still guards the state)."""
+        while not released.wait(LOCK_TTL_MS / 3000):
+            try:
+                if not self._renew(keys=[self.lock_key], args=[token, LOCK_TTL_MS]):
+                    log.error("lost the writer lock %r: another writer may change the state meanwhile", self.lock_key)
+                    return
+            except redis.RedisError as error:  # Redis away: the lease lapses unless it is back in time
+                log.warning("could not renew the writer lock %r: %s", self.lock_key, error)
 
     # -- reading -----------------------------------------------------------------
 
