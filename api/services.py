@@ -10,6 +10,7 @@ import redis
 from api.health import KafkaProbe
 from manager.service import Limits, Manager
 from runtime.dryrun import DryRunRuntime
+from sana import failpoints
 from sana.auth import Principals
 from sana.settings import Settings
 
@@ -32,6 +33,7 @@ class Services:
 
 def build_services(settings: Settings) -> Services:
     principals = Principals.load(settings.tokens_file)  # a bad tokens file stops the start, naming the entry
+    failpoints.configure(settings.failpoints)  # an unknown fail point stops the start too
     if principals.enabled:
         log.info("%d principals from %s; every request needs a bearer token", len(principals), principals.source)
     else:

@@ -6,7 +6,8 @@ sync with Redis -> plan (pure) -> mark pending -> runtime.apply -> commit
 committed and the caller gets :class:`DeployFailed`; if the commit fails after
 a successful deployment, the deployment is undone first. A manager restarted
 on the same Redis loads the state and reconciles the runtime with it, which
-also undoes a deployment whose commit never happened.
+also undoes a submit whose commit never happened (a removal cut short is
+completed instead: :meth:`Manager._finish_interrupted`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from manager.state import State, SubmittedDataflow
 from manager.store import StaleState, Store
 from manager.validate import parse_dataflow
 from runtime.base import Runtime
+from sana.failpoints import fail_point
 from runtime.exceptions import RuntimeFailure
 from wan_sim.exceptions import WanNotConfigured
 from wan_sim.monitor import WanMonitor
@@ -157,7 +159,7 @@ class Manager:
             self._sync(force=True)
             pending = self.store.read_pending()
             if pending is not None:
-                log.warning("change %s was interrupted before its commit; undoing its deployment", pending)
+                self._finish_interrupted(pending)
             self.runtime.reconcile(self.state.tasks)
             if pending is not None:
                 self.store.clear_pending()
@@ -167,6 +169,24 @@ class Manager:
                 log.info("applying the WAN configuration in %s", self.wan_config)
                 self._commit_wan(wan)
         self._started = True
+
+    def _finish_interrupted(self, pending: dict[str, Any]) -> None:
+        """A change the process died in: a submit is undone, a removal is completed.
+
+        The runtime is then reconciled with the state either way. A removal goes
+        forward because its work may already have stopped: bringing it back
+        would leave a gap in its sinks, and the user asked for it to go (a
+        retried DELETE gets 404). A submit goes back: its client got no 201.
+        """
+        dataflow = pending.get("dataflow")
+        if pending.get("kind") == "unmerge" and dataflow in self.state.dataflows:
+            log.warning("removal of %s was interrupted before its commit; completing it", dataflow)
+            plan = merge.plan_unmerge(self.state, dataflow)
+            version = self.store.commit_unmerge(plan, self.state)
+            merge.apply_unmerge(self.state, plan)
+            self.state.version = version
+        else:
+            log.warning("change %r was interrupted before its commit; undoing its deployment", pending.get("reason"))
 
     def _ensure_started(self) -> None:
         """Finish a start that failed (Redis or the runtime was down when the service came up)."""
@@ -191,7 +211,8 @@ class Manager:
             self.limits.check_owner(self.state, flow.owner)
             plan = merge.plan_merge(self.state, flow, self.clock(), sharing=self.sharing)
             self.limits.check_service(self.state, len(plan.new_tasks))
-            version = self._deploy_and_commit(plan.change, lambda: self.store.commit_merge(plan, self.state), plan.dataflow.id)
+            version = self._deploy_and_commit("merge", plan.change, lambda: self.store.commit_merge(plan, self.state),
+                                              plan.dataflow.id)
             merge.apply_merge(self.state, plan)
             self.state.version = version
             sites = {task_id: self.state.tasks[running].site for task_id, running in plan.dataflow.tasks.items()}
@@ -217,7 +238,8 @@ class Manager:
             if dataflow_id not in self.state.dataflows:
                 raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id})
             plan = merge.plan_unmerge(self.state, dataflow_id)
-            version = self._deploy_and_commit(plan.change, lambda: self.store.commit_unmerge(plan, self.state), dataflow_id)
+            version = self._deploy_and_commit("unmerge", plan.change, lambda: self.store.commit_unmerge(plan, self.state),
+                                              dataflow_id)
             merge.apply_unmerge(self.state, plan)
             self.state.version = version
             self._removals += 1
@@ -279,15 +301,20 @@ class Manager:
         total = sum(row["load_mbps"] for row in rows)
         return {"links": rows, "total_load_mbps": round(total, 6)}
 
-    def _deploy_and_commit(self, change, commit: Callable[[], int], what: str) -> int:
-        self.store.mark_pending({"reason": change.reason, "start": [t.id for t in change.start], "stop": [t.id for t in change.stop]})
+    def _deploy_and_commit(self, kind: str, change, commit: Callable[[], int], what: str) -> int:
+        self.store.mark_pending({"kind": kind, "dataflow": what, "reason": change.reason,
+                                 "start": [t.id for t in change.start], "stop": [t.id for t in change.stop]})
+        fail_point(f"manager.{kind}.pending")
         try:
             self.runtime.apply(change)
+            fail_point(f"manager.{kind}.deployed")
         except RuntimeFailure as failure:
             self._forget_pending()
             raise DeployFailed(f"{change.reason}: the runtime failed, nothing changed: {failure.message}", culprit={"dataflow": what}) from failure
         try:
-            return commit()
+            version = commit()
+            fail_point(f"manager.{kind}.committed")
+            return version
         except (redis.RedisError, StaleState) as error:
             log.error("commit of %s failed (%s); undoing its deployment", change.reason, error)
             try:

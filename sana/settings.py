@@ -15,6 +15,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sana import failpoints
+
 EMBEDDED_KAFKA_HOST = "127.0.0.1"
 
 
@@ -72,6 +74,10 @@ class Settings(BaseSettings):
         Path(".sana/checkpoints"), description="Where Spark queries keep their checkpoints."
     )
 
+    failpoints: str = Field(
+        "", description="Testing only: fail points where the process kills itself (sana/failpoints.py), e.g. "
+        "`manager.merge.deployed=kill`; empty in every deployment.")
+
     keyed_workers: int = Field(
         8, ge=1, le=64, description="Logical workers of every keyed operator (window_aggregate, join) unless its config sets `workers`."
     )
@@ -93,6 +99,12 @@ class Settings(BaseSettings):
                 f"SANA_RESHAPE_TAU_MIN={self.reshape_tau_min} is above SANA_RESHAPE_TAU_MAX={self.reshape_tau_max}"
             )
         return self
+
+    @field_validator("failpoints")
+    @classmethod
+    def _known_failpoints(cls, value: str) -> str:
+        failpoints.parse(value)  # a typo must not silently test nothing
+        return value
 
     @field_validator("state_prefix")
     @classmethod

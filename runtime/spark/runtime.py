@@ -41,6 +41,7 @@ from runtime.spark.defrag import merge_queries
 from runtime.spark.fragment import FragmentQuery, QueryPlan
 from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts, mergeable
 from runtime.spark.reshape import ReshapeSettings
+from sana.failpoints import fail_point
 
 log = logging.getLogger("sana.runtime.spark")
 
@@ -324,6 +325,7 @@ class SparkRuntime:
                     raise RuntimeFailure(f"query {query_id} cannot read {sorted(missing)} without a restart (internal error)")
                 record["fragments"] = sorted({task.fragment for task in plan.tasks})
                 self._save_record(record)
+            fail_point("runtime.converge.recorded")
             removing = bool(set(self.tasks) - set(desired))
             for query_id, plan in plans.items():
                 query = self.queries.get(query_id)
@@ -340,6 +342,7 @@ class SparkRuntime:
                 query.fragments = set(records[query_id]["fragments"])
             for query in started:
                 query.wait_running()
+            fail_point("runtime.converge.started")
         except Exception as error:  # any failure undoes the whole change
             if not rollback:
                 if isinstance(error, RuntimeFailure):

@@ -116,7 +116,8 @@ def test_sana_settings_all_have_a_value():
     """Helm values map one-to-one onto the settings (STYLE.md 7): a new setting needs a value."""
     from sana.settings import Settings
 
-    not_in_pod = {"SANA_EMBEDDED_KAFKA_PORT"}  # only `sana up` starts an embedded broker
+    # only `sana up` starts an embedded broker; fail points are for recovery tests, never a deployment
+    not_in_pod = {"SANA_EMBEDDED_KAFKA_PORT", "SANA_FAILPOINTS"}
     settings = {f"SANA_{name.upper()}" for name in Settings.model_fields}
     assert settings - not_in_pod == SANA_SETTINGS_IN_POD, (
         f"settings without a chart value: {sorted(settings - not_in_pod - SANA_SETTINGS_IN_POD)}; "

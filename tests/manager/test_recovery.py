@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from manager.exceptions import DeployFailed
+from manager.exceptions import DataflowNotFound, DeployFailed
 from manager.service import Manager
 from manager.store import Store
 from runtime.dryrun import DryRunRuntime
@@ -112,3 +112,107 @@ def test_redis_emptied_under_a_running_manager_gets_the_state_back(redis_client,
     assert set(manager.snapshot().dataflows) == {made.id}
     fresh = _manager(redis_client, state_prefix)
     check_state(fresh.state, {made.id: urban_etl("a")})
+
+
+def test_crash_in_a_removal_before_its_commit_completes_it_on_restart(redis_client, state_prefix, monkeypatch):
+    manager = _manager(redis_client, state_prefix)
+    first = manager.submit(urban_etl("a"))
+    second = manager.submit(urban_etl("b", threshold=40))
+
+    def crash(*args, **kwargs):
+        raise Crash()
+
+    monkeypatch.setattr(manager.store, "commit_unmerge", crash)
+    with pytest.raises(Crash):
+        manager.remove(first.id)
+    runtime = DryRunRuntime(redis_client, state_prefix)
+    assert len(runtime.deployed()) < len(manager.state.tasks), "the crashed removal had stopped its tasks"
+    assert Store(redis_client, state_prefix).read_pending()["kind"] == "unmerge"
+
+    redis_client.delete(f"{state_prefix}:lock")
+    restarted = _manager(redis_client, state_prefix, runtime)
+    check_state(restarted.state, {second.id: urban_etl("b", threshold=40)})
+    assert set(runtime.deployed()) == set(restarted.state.tasks)
+    assert Store(redis_client, state_prefix).read_pending() is None
+    with pytest.raises(DataflowNotFound):  # a retried DELETE finds it gone
+        restarted.remove(first.id)
+
+
+def test_a_submit_cut_short_before_its_deployment_is_undone(redis_client, state_prefix, monkeypatch):
+    manager = _manager(redis_client, state_prefix)
+    first = manager.submit(urban_etl("a"))
+
+    def crash(change):
+        raise Crash()
+
+    monkeypatch.setattr(manager.runtime, "apply", crash)
+    with pytest.raises(Crash):
+        manager.submit(urban_etl("b", threshold=40))
+    redis_client.delete(f"{state_prefix}:lock")
+    restarted = _manager(redis_client, state_prefix)
+    check_state(restarted.state, {first.id: urban_etl("a")})
+    assert Store(redis_client, state_prefix).read_pending() is None
+
+
+def test_a_fail_point_kills_the_process_at_the_armed_pass():
+    import signal
+    import subprocess
+    import sys
+
+    script = ("from sana import failpoints\n"
+              "failpoints.configure('manager.merge.deployed=kill@2')\n"
+              "failpoints.fail_point('manager.unmerge.deployed')\n"
+              "failpoints.fail_point('manager.merge.deployed'); print('first pass', flush=True)\n"
+              "failpoints.fail_point('manager.merge.deployed'); print('second pass', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert done.stdout.split("\n")[:2] == ["first pass", ""]
+
+
+@pytest.mark.parametrize("spec, culprit", [
+    ("manager.merge.deploy=kill", "unknown fail point 'manager.merge.deploy'"),
+    ("manager.merge.deployed=exit", "the action is kill or kill@N"),
+    ("manager.merge.deployed=kill@0", "the action is kill or kill@N"),
+])
+def test_a_bad_fail_point_spec_is_refused_naming_it(spec, culprit, monkeypatch):
+    from pydantic import ValidationError
+
+    from sana.settings import Settings
+
+    monkeypatch.setenv("SANA_FAILPOINTS", spec)
+    with pytest.raises(ValidationError, match=culprit):
+        Settings()
+
+
+def test_the_writer_lock_is_a_lease_renewed_while_held_and_lapsing_when_its_holder_died(redis_client, state_prefix,
+                                                                                         monkeypatch):
+    import threading
+    import time
+
+    import manager.store as store_module
+    from manager.exceptions import StateBusy
+
+    monkeypatch.setattr(store_module, "LOCK_TTL_MS", 300)
+    store = Store(redis_client, state_prefix)
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store.lock():
+            holding.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(10)
+    try:
+        with pytest.raises(StateBusy, match=f"'{state_prefix}:lock'"):  # 1 s > 3 TTLs: renewed, not lapsed
+            with store.lock(wait_s=1.0):
+                pass
+    finally:
+        done.set()
+        holder.join()
+    redis_client.set(f"{state_prefix}:lock", "a holder killed with -9", px=300)
+    started = time.monotonic()
+    with store.lock(wait_s=5.0):
+        assert redis_client.get(f"{state_prefix}:lock") != b"a holder killed with -9"
+    assert time.monotonic() - started < 2.0
