@@ -13,15 +13,18 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
+from runtime.broker.topics import Topics, stream_topic
 from tests.conftest import REDIS_URL
 from tests.fixtures.dataflows import source, stream, task
 from tests.fixtures.kafka_io import copies_are_identical, produce, read_all, replayed_batches, wait_for, without_replays
 from tests.fixtures.services import SanaUp, free_port, sana_env
-from tests.fixtures.streams import URBAN, expect_a, flow_a, multiset, urban_records
+from tests.fixtures.streams import URBAN, expect_a, expect_b, flow_a, flow_b, multiset, urban_records
 from tests.runtime.test_keyed import window_reference
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
@@ -38,6 +41,39 @@ def window_flow(topic: str, sink: str) -> dict:
         ],
         "streams": [stream("src", "per_sensor"), stream("per_sensor", "out")],
     }
+
+
+class KeepProducing:
+    """A thread producing URBAN readings (40 every 0.2 s) until stopped; ``count()`` is exact at the moment it is read."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.produced: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                batch = urban_records(len(self.produced), 40)
+                produce(self.bootstrap, self.topic, batch, linger_ms=5)
+                self.produced.extend(batch)
+            time.sleep(0.2)
+
+    def start(self) -> "KeepProducing":
+        self._thread.start()
+        return self
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.produced)
+
+    def stop(self) -> list[dict]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return self.produced
 
 
 def descendants(pid: int) -> list[int]:
@@ -69,18 +105,8 @@ def test_kill_9_and_restart_loses_nothing(tmp_path, state_prefix, kafka_bootstra
     env = sana_env(SANA_STATE_PREFIX=state_prefix, SANA_REDIS_URL=REDIS_URL, SANA_KAFKA_BOOTSTRAP=kafka_bootstrap,
                    SANA_CHECKPOINT_DIR=str(tmp_path / "checkpoints"), SANA_SPARK_MASTER="local[2]",
                    SANA_RUN_DIR=str(tmp_path / "run"))
-    produced: list[dict] = []
-    stop = threading.Event()
-
-    def keep_producing() -> None:
-        while not stop.is_set():
-            batch = urban_records(len(produced), 40)
-            produce(kafka_bootstrap, urban, batch, linger_ms=5)
-            produced.extend(batch)
-            time.sleep(0.2)
-
+    producer = KeepProducing(kafka_bootstrap, urban)
     service = SanaUp(["--port", str(port)], env, tmp_path / "first.log")
-    producer = threading.Thread(target=keep_producing, daemon=True)
     try:
         service.wait_healthy(url, timeout=120)
         for document in (flow_a(urban, sinks["a"]), window_flow(urban, sinks["w"])):
@@ -103,8 +129,7 @@ def test_kill_9_and_restart_loses_nothing(tmp_path, state_prefix, kafka_bootstra
                             "queries back after restart")
         assert again["query"] == query["query"] and again["run"] != query["run"], "not restarted from its checkpoint"
         time.sleep(3)
-        stop.set()
-        producer.join()
+        produced = producer.stop()
         last = int(produced[-1]["humidity"])
         closing = [{"sensor": "s0", "temp": 0.0, "humidity": float(last + 100), "ts": urban_records(last + 100, 1)[0]["ts"]}]
         produce(kafka_bootstrap, urban, closing)
@@ -133,5 +158,183 @@ def test_kill_9_and_restart_loses_nothing(tmp_path, state_prefix, kafka_bootstra
         assert one.status_code == 200 and one.json()["tasks"] == windowed["tasks"]
         assert httpx.get(f"{url}/runtime/fragments/frag-nope", timeout=10).status_code == 404
     finally:
-        stop.set()
+        producer.stop()
         assert restarted.terminate() == 0, restarted.output()
+
+
+def submit_a_and_produce(url: str, bootstrap: str, urban: str, sink: str, producer: KeepProducing) -> str:
+    """Submit flow A, start producing, return A's id once its sink has output."""
+    made = httpx.post(f"{url}/dataflows", json=flow_a(urban, sink), timeout=180)
+    assert made.status_code == 201, made.text
+    producer.start()
+    wait_for(lambda: len(read_all(bootstrap, sink)) > 50, 120, f"output on {sink}")
+    return made.json()["id"]
+
+
+def assert_sinks(bootstrap: str, checks: list[tuple[str, list[dict], list[dict]]]) -> None:
+    """For each (topic, what the dataflow alone writes for everything produced, what must be there): the topic
+    holds all of the latter and nothing outside the former, each record once (second copies named as such)."""
+    for topic, possible, complete in checks:
+        received = wait_for(lambda: (got := read_all(bootstrap, topic))
+                            and not multiset(complete) - multiset(without_replays(got)) and got,
+                            120, f"every record on {topic}")
+        assert copies_are_identical(received), f"{topic}: two records share a name but differ"
+        extra = multiset(without_replays(received)) - multiset(possible)
+        assert not extra, f"{topic}: records no run of the dataflow alone produces (or twice): {extra}"
+
+
+def assert_consistent(url: str, redis_client, prefix: str, bootstrap: str, checkpoints: Path) -> dict:
+    """After a restart: no pending change, every query recorded and running, no orphan query, checkpoint or topic."""
+    assert redis_client.get(f"{prefix}:pending") is None, "a change is still marked pending"
+    dags = httpx.get(f"{url}/running", timeout=10).json()["dags"]
+    tasks = {task["id"]: task for dag in dags for task in dag["tasks"]}
+    queries = httpx.get(f"{url}/runtime/queries", timeout=10).json()["queries"]
+    assert all(query["status"] == "running" for query in queries), queries
+    hosted = [task_id for query in queries for task_id in query["tasks"]]
+    assert sorted(hosted) == sorted(tasks), f"queries host {sorted(hosted)}, the state runs {sorted(tasks)}"
+    recorded = {key.decode() for key in redis_client.hkeys(f"{prefix}:runtime:queries")}
+    assert recorded == {query["query"] for query in queries}, f"query records {recorded} vs running {queries}"
+    on_disk = {path.name for path in (checkpoints / prefix).iterdir()} if (checkpoints / prefix).is_dir() else set()
+    assert on_disk <= recorded, f"checkpoints of queries that do not run: {sorted(on_disk - recorded)}"
+    wanted = {stream_topic(prefix, task["signature"]) for task in tasks.values()}
+    internal = {topic for topic in Topics(bootstrap).existing() if topic.startswith(f"{prefix}.stream.")}
+    assert internal <= wanted, f"topics no running task writes: {sorted(internal - wanted)}"
+    return tasks
+
+
+def test_kill_9_between_the_steps_of_a_merge_and_of_an_unmerge(tmp_path, redis_client, state_prefix, kafka_bootstrap,
+                                                                topic_factory):
+    """B's submit dies after its deployment, before its commit (undone on restart); A's removal dies after its
+    deployment (completed on restart). A keeps every record until its removal, B every record after its 201."""
+    urban = topic_factory("urban")
+    sinks = {"a": f"{urban}-a", "b": f"{urban}-b"}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    checkpoints = tmp_path / "checkpoints"
+    env = sana_env(SANA_STATE_PREFIX=state_prefix, SANA_REDIS_URL=REDIS_URL, SANA_KAFKA_BOOTSTRAP=kafka_bootstrap,
+                   SANA_CHECKPOINT_DIR=str(checkpoints), SANA_SPARK_MASTER="local[2]", SANA_TRIGGER_S="0.5",
+                   SANA_RUN_DIR=str(tmp_path / "run"))
+    producer = KeepProducing(kafka_bootstrap, urban)
+
+    def killed_by_its_fail_point(service: SanaUp, request) -> None:
+        children = descendants(service.process.pid)
+        with pytest.raises(httpx.TransportError):
+            request()
+        assert service.process.wait(60) == -signal.SIGKILL, service.output()
+        assert "killing the process (SIGKILL)" in service.output()
+        wait_for(lambda: gone(children), 60, "the killed service's Spark driver to exit")
+
+    def sink_holds(topic: str, expected: list[dict]):
+        return lambda: not (multiset(expected) - multiset(without_replays(read_all(kafka_bootstrap, topic))))
+
+    first = SanaUp(["--port", str(port)], {**env, "SANA_FAILPOINTS": "manager.merge.deployed=kill@2"}, tmp_path / "1.log")
+    try:
+        first.wait_healthy(url, timeout=120)
+        a = submit_a_and_produce(url, kafka_bootstrap, urban, sinks["a"], producer)
+        killed_by_its_fail_point(first, lambda: httpx.post(f"{url}/dataflows", json=flow_b(urban, sinks["b"]), timeout=180))
+    finally:
+        first.terminate()
+
+    second = SanaUp(["--port", str(port)], {**env, "SANA_FAILPOINTS": "manager.unmerge.deployed=kill"}, tmp_path / "2.log")
+    try:
+        second.wait_healthy(url, timeout=180)
+        assert [d["id"] for d in httpx.get(f"{url}/dataflows", timeout=10).json()["dataflows"]] == [a]
+        assert_consistent(url, redis_client, state_prefix, kafka_bootstrap, checkpoints)  # the cut-short merge undone
+        made = httpx.post(f"{url}/dataflows", json=flow_b(urban, sinks["b"]), timeout=180)
+        assert made.status_code == 201, made.text
+        b, b_from = made.json()["id"], producer.count()
+        wait_for(sink_holds(sinks["a"], expect_a(producer.produced[:b_from])), 120, "A's output through the restart")
+        killed_by_its_fail_point(second, lambda: httpx.delete(f"{url}/dataflows/{a}", timeout=180))
+    finally:
+        second.terminate()
+
+    third = SanaUp(["--port", str(port)], env, tmp_path / "3.log")
+    try:
+        third.wait_healthy(url, timeout=180)
+        assert [d["id"] for d in httpx.get(f"{url}/dataflows", timeout=10).json()["dataflows"]] == [b]
+        assert httpx.delete(f"{url}/dataflows/{a}", timeout=30).status_code == 404, "the cut-short removal not completed"
+        tasks = assert_consistent(url, redis_client, state_prefix, kafka_bootstrap, checkpoints)
+        assert all(task["dataflows"] == [b] for task in tasks.values()) and len(tasks) == 4, tasks
+        time.sleep(3)
+        produced = producer.stop()
+        assert_sinks(kafka_bootstrap, [(sinks["a"], expect_a(produced), expect_a(produced[:b_from])),
+                                       (sinks["b"], expect_b(produced), expect_b(produced[b_from:]))])
+        assert first.output().count("killing the process") == 1
+        assert "completing it" in third.output() and "undoing its deployment" in second.output()
+    finally:
+        producer.stop()
+        assert third.terminate() == 0, third.output()
+
+
+class PrivateRedis:
+    """A redis-server of the test's own (append-only file, fsync on every write), to stop and start again."""
+
+    def __init__(self, workdir: Path) -> None:
+        workdir.mkdir()
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        with open(self.workdir / "redis.log", "ab") as log:
+            self.process = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+                 "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+                stdout=log, stderr=subprocess.STDOUT)
+        wait_for(self._pings, 30, f"redis-server on port {self.port}")
+
+    def _pings(self) -> bool:
+        try:
+            return redis.Redis(port=self.port, socket_connect_timeout=1).ping()
+        except redis.RedisError:
+            return False
+
+    def stop(self) -> None:
+        """As an operator restarts it: SIGTERM, Redis writes what it holds and exits."""
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def test_redis_restart_while_records_flow_answers_503_meanwhile_and_loses_nothing(tmp_path, kafka_bootstrap,
+                                                                                  topic_factory):
+    store = PrivateRedis(tmp_path / "redis")
+    urban = topic_factory("urban")
+    sinks = {"a": f"{urban}-a", "b": f"{urban}-b"}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = sana_env(SANA_REDIS_URL=store.url, SANA_KAFKA_BOOTSTRAP=kafka_bootstrap, SANA_SPARK_MASTER="local[2]",
+                   SANA_CHECKPOINT_DIR=str(tmp_path / "checkpoints"), SANA_TRIGGER_S="0.5", SANA_RUN_DIR=str(tmp_path / "run"))
+    producer = KeepProducing(kafka_bootstrap, urban)
+    service = SanaUp(["--port", str(port)], env, tmp_path / "sana.log")
+    try:
+        service.wait_healthy(url, timeout=120)
+        a = submit_a_and_produce(url, kafka_bootstrap, urban, sinks["a"], producer)
+
+        store.stop()
+        listed = httpx.get(f"{url}/dataflows", timeout=30)
+        assert listed.status_code == 503 and listed.json()["code"] == "STATE_UNAVAILABLE", listed.text
+        refused = httpx.post(f"{url}/dataflows", json=flow_b(urban, sinks["b"]), timeout=30)
+        assert refused.status_code == 503 and refused.json()["code"] == "STATE_UNAVAILABLE", refused.text
+        health = httpx.get(f"{url}/healthz", timeout=30)
+        assert health.status_code == 503 and health.json()["components"]["redis"]["status"] != "ok", health.text
+        before = len(read_all(kafka_bootstrap, sinks["a"]))
+        wait_for(lambda: len(read_all(kafka_bootstrap, sinks["a"])) > before, 60, "records flowing while Redis is down")
+
+        store.start()  # the same append-only file: the state comes back as it was
+        back = wait_for(lambda: (r := httpx.get(f"{url}/dataflows", timeout=30)).status_code == 200 and r, 60,
+                        "the API to recover by itself")
+        assert [d["id"] for d in back.json()["dataflows"]] == [a]
+        made = httpx.post(f"{url}/dataflows", json=flow_b(urban, sinks["b"]), timeout=180)
+        assert made.status_code == 201, made.text
+        b_from = producer.count()
+        wait_for(lambda: httpx.get(f"{url}/healthz", timeout=30).status_code == 200, 60, "healthy again")
+        time.sleep(2)
+        produced = producer.stop()
+        assert_sinks(kafka_bootstrap, [(sinks["a"], expect_a(produced), expect_a(produced)),
+                                       (sinks["b"], expect_b(produced), expect_b(produced[b_from:]))])
+    finally:
+        producer.stop()
+        assert service.terminate() == 0, service.output()
+        store.stop()

