@@ -13,6 +13,10 @@ is a failure. At the end the service must be consistent:
 - ``GET /stats`` counts what ``GET /running`` shows;
 - after the clients' dataflows are removed, nothing runs.
 
+``--real`` starts ``sana up`` with Spark (``local[2]``) and its embedded broker
+instead; there the runtime must agree too: the Spark queries host exactly the
+running tasks, all running, and none is left once everything is removed.
+
 Results go to ``benchmarks/results/load-<target>.json``; ``--report --write-docs``
 puts the table into docs/reliability.md.
 """
@@ -35,7 +39,8 @@ import httpx
 from benchmarks.riot import riot_workload
 from benchmarks.targets import HttpTarget, delete_prefix, redis_client
 
-MARKERS = ("<!-- load: begin -->", "<!-- load: end -->")
+MARKERS = {"dry-run": ("<!-- load: begin -->", "<!-- load: end -->"),
+           "real": ("<!-- load real: begin -->", "<!-- load real: end -->")}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -111,9 +116,24 @@ def check_invariants(client: httpx.Client) -> list[str]:
     return problems
 
 
-def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, timeout_s: float) -> dict[str, Any]:
+def check_runtime(client: httpx.Client) -> list[str]:
+    """What the Spark runtime disagrees with the state about (empty: the queries host exactly the running tasks)."""
+    running = {task["id"] for dag in client.get("/running").raise_for_status().json()["dags"] for task in dag["tasks"]}
+    queries = client.get("/runtime/queries").raise_for_status().json()["queries"]
+    hosted = Counter(task for query in queries for task in query["tasks"])
+    problems = [f"query {q['query']} is {q['status']}: {q.get('error')}" for q in queries if q["status"] != "running"]
+    problems += [f"task {task} is hosted by {count} queries" for task, count in hosted.items() if count > 1]
+    if set(hosted) != running:
+        problems.append(f"queries host {len(hosted)} tasks, {len(running)} run; not hosted: "
+                        f"{sorted(running - set(hosted))[:5]}, hosted but stopped: {sorted(set(hosted) - running)[:5]}")
+    return problems
+
+
+def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, timeout_s: float,
+        real: bool = False) -> dict[str, Any]:
     prefix = f"bench-load-{uuid.uuid4().hex[:8]}"
-    target = HttpTarget(redis_url, prefix, run_dir)
+    target = HttpTarget(redis_url, prefix, run_dir, dry_run=not real)
+    checks = [check_invariants, check_runtime] if real else [check_invariants]
     documents = list(riot_workload(apps, seed=0))
     recorder = Recorder()
     began = time.monotonic()
@@ -133,12 +153,12 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
 
         asyncio.run(main())
         elapsed = time.monotonic() - began
-        with httpx.Client(base_url=target.base_url, timeout=120) as client:
-            during = check_invariants(client)
+        with httpx.Client(base_url=target.base_url, timeout=max(120.0, timeout_s)) as client:
+            during = [problem for check in checks for problem in check(client)]
             leftover = [flow["id"] for flow in client.get("/dataflows").json()["dataflows"]]
             for flow_id in leftover:
                 client.delete(f"/dataflows/{flow_id}").raise_for_status()
-            after = check_invariants(client)
+            after = [problem for check in checks for problem in check(client)]
             final = client.get("/stats").json()
     finally:
         target.close()
@@ -148,6 +168,7 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
         finally:
             connection.close()
     return {
+        "target": "real" if real else "dry-run",
         "clients": clients, "seconds": round(elapsed, 1), "apps": apps, "timeout_s": timeout_s,
         "statuses": {op: dict(counter) for op, counter in recorder.statuses.items()},
         "latency_ms": {op: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "max": max(v, default=0.0),
@@ -158,7 +179,9 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = [f"{result['clients']} clients for {result['seconds']:g} s against `sana up --dry-run` (apps 0-{result['apps'] - 1} "
+    against = ("`sana up` (Spark `local[2]`, the embedded broker, sources idle)" if result.get("target") == "real"
+               else "`sana up --dry-run`")
+    lines = [f"{result['clients']} clients for {result['seconds']:g} s against {against} (apps 0-{result['apps'] - 1} "
              f"of benchmarks/riot.py, client timeout {result['timeout_s']:g} s):", "",
              "| operation | calls | answers | p50 ms | p99 ms | max ms |", "|---|---:|---|---:|---:|---:|"]
     for op in ("submit", "remove"):
@@ -180,12 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="per call, seconds (a slower answer is a failure)")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/sana-load"))
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/load-dryrun.json"))
+    parser.add_argument("--real", action="store_true", help="against sana up with Spark and the embedded broker")
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/load-dryrun.json (load-real.json with --real)")
     parser.add_argument("--report", action="store_true", help="only print the table from --out")
     parser.add_argument("--write-docs", action="store_true", help="with --report: write it into docs/reliability.md")
     args = parser.parse_args(argv)
+    args.out = args.out or Path(f"benchmarks/results/load-{'real' if args.real else 'dryrun'}.json")
     if not args.report:
-        result = run(args.clients, args.seconds, args.apps, args.redis_url, args.run_dir, args.timeout)
+        result = run(args.clients, args.seconds, args.apps, args.redis_url, args.run_dir, args.timeout, args.real)
         args.out.write_text(json.dumps(result, indent=1))
         print(f"wrote {args.out}")
     result = json.loads(args.out.read_text())
@@ -194,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_docs:
         page = Path("docs/reliability.md")
         content = page.read_text()
-        begin, end = content.index(MARKERS[0]) + len(MARKERS[0]), content.index(MARKERS[1])
+        markers = MARKERS[result.get("target", "dry-run")]
+        begin, end = content.index(markers[0]) + len(markers[0]), content.index(markers[1])
         page.write_text(content[:begin] + "\n" + text + "\n" + content[end:])
     failed = result["failures"] or result["invariant_problems"] or result["final_running_tasks"]
     return 1 if failed else 0

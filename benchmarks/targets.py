@@ -128,18 +128,26 @@ def wait_healthy(process: subprocess.Popen, client: httpx.Client, log_path: Path
 
 
 class HttpTarget:
-    """``sana up --dry-run`` started as a subprocess, driven by one keep-alive httpx client."""
+    """``sana up --dry-run`` started as a subprocess, driven by one keep-alive httpx client.
+
+    ``dry_run=False``: ``sana up`` with Spark (``local[2]``) and its embedded broker on a free port.
+    """
 
     mode = "http"
 
-    def __init__(self, redis_url: str, prefix: str, run_dir: Path) -> None:
+    def __init__(self, redis_url: str, prefix: str, run_dir: Path, dry_run: bool = True) -> None:
         self.prefix = prefix
         self.run_dir = run_dir
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
+        self.dry_run = dry_run
         sana = Path(sys.executable).with_name("sana")
-        self.command = [str(sana), "up", "--dry-run", "--port", str(self.port)]
+        self.command = [str(sana), "up", "--port", str(self.port)] + (["--dry-run"] if dry_run else [])
         env = {**os.environ, "SANA_STATE_PREFIX": prefix, "SANA_REDIS_URL": redis_url, "SANA_RUN_DIR": str(run_dir)}
+        if not dry_run:
+            env.update(SANA_EMBEDDED_KAFKA_PORT=str(free_port()), SANA_SPARK_MASTER="local[2]",
+                       SANA_CHECKPOINT_DIR=str(run_dir / "checkpoints"))
+            env.pop("SANA_KAFKA_BOOTSTRAP", None)
         run_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = run_dir / "sana-up.log"
         self._log = open(self.log_path, "ab")
@@ -149,7 +157,8 @@ class HttpTarget:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        wait_healthy(self.process, self.client, self.log_path, SERVER_START_TIMEOUT_S, pause_s=0.2)
+        timeout = SERVER_START_TIMEOUT_S if self.dry_run else 3 * SERVER_START_TIMEOUT_S  # + the broker and Spark
+        wait_healthy(self.process, self.client, self.log_path, timeout, pause_s=0.2)
 
     def submit(self, document: dict[str, Any], body: bytes) -> Submitted:
         start = time.perf_counter()
