@@ -415,6 +415,7 @@ class Manager:
         if version is None and self._loaded and (self.state.dataflows or self.state.tasks):
             log.warning("Redis holds no state under %r; writing ours back", self.store.prefix)
             self.state.version = self.store.write_all(self.state)
+            self.runtime.restore(self.state.tasks)
             return
         if force or not self._loaded or (version or 0) != self.state.version:
             self.state = self.store.load()

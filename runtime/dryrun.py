@@ -62,6 +62,9 @@ class DryRunRuntime:
                 pipe.hset(self._deployed, mapping=missing)
             pipe.execute()
 
+    def restore(self, tasks: Mapping[str, TaskSpec]) -> None:
+        self.reconcile(tasks)
+
     def deployed(self) -> dict[str, str]:
         """Task id -> fragment of everything recorded as running."""
         return {key.decode(): value.decode() for key, value in self._redis.hgetall(self._deployed).items()}

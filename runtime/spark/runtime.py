@@ -152,6 +152,25 @@ class SparkRuntime:
                     if path.is_dir() and path.name not in records:
                         shutil.rmtree(path, ignore_errors=True)
 
+    def restore(self, tasks: Mapping[str, TaskSpec]) -> None:
+        """Write every query's record (its start offsets, fragments) and the query counter back to Redis.
+
+        Without this, a Redis restarted empty under a running service would be
+        noticed by the manager (which writes its state back) but the next start
+        of the service would find no record and start new queries from the
+        topics' ends, skipping what was not yet processed.
+        """
+        with self._lock:
+            records = self._records if self._records is not None else {}
+            numbers = [int(query_id[1:].split("-", 1)[0]) for query_id in records]
+            pipe = self.redis.pipeline(transaction=True)
+            for record in records.values():
+                pipe.hset(self._records_key, record["id"], json.dumps(record, sort_keys=True))
+            if numbers:
+                pipe.set(self._counter_key, max(numbers))
+            pipe.execute()
+            log.warning("wrote back the records of %d queries to Redis", len(records))
+
     def health(self) -> dict[str, Any]:
         queries = dict(self.queries)  # no lock: /healthz must answer while a change is being applied
         session = "ready" if self._spark is not None else ("failed" if self._spark_error else "starting")

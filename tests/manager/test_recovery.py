@@ -110,6 +110,7 @@ def test_redis_emptied_under_a_running_manager_gets_the_state_back(redis_client,
     for key in list(redis_client.scan_iter(f"{state_prefix}:*")):
         redis_client.delete(key)
     assert set(manager.snapshot().dataflows) == {made.id}
+    assert set(manager.runtime.deployed()) == set(manager.state.tasks), "the runtime's records were not written back"
     fresh = _manager(redis_client, state_prefix)
     check_state(fresh.state, {made.id: urban_etl("a")})
 

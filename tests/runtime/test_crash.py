@@ -9,6 +9,7 @@ new ``sana.run``, which is the only place duplicates may appear.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -296,6 +297,14 @@ class PrivateRedis:
         self.process.terminate()
         self.process.wait(30)
 
+    def restart_empty(self) -> None:
+        """Stopped, its files lost, started again: as a Redis without persistence restarts."""
+        self.stop()
+        for path in self.workdir.iterdir():
+            if path.name != "redis.log":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        self.start()
+
 
 def test_redis_restart_while_records_flow_answers_503_meanwhile_and_loses_nothing(tmp_path, kafka_bootstrap,
                                                                                   topic_factory):
@@ -337,4 +346,44 @@ def test_redis_restart_while_records_flow_answers_503_meanwhile_and_loses_nothin
     finally:
         producer.stop()
         assert service.terminate() == 0, service.output()
+        store.stop()
+
+
+def test_redis_restarted_empty_gets_the_state_and_the_query_records_back(tmp_path, kafka_bootstrap, topic_factory):
+    """The manager writes its state back, and the runtime its queries' records, so a later restart of the
+    service resumes the queries from their checkpoints instead of starting them at the topics' ends."""
+    store = PrivateRedis(tmp_path / "redis")
+    urban = topic_factory("urban")
+    sink = f"{urban}-a"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = sana_env(SANA_REDIS_URL=store.url, SANA_KAFKA_BOOTSTRAP=kafka_bootstrap, SANA_SPARK_MASTER="local[2]",
+                   SANA_CHECKPOINT_DIR=str(tmp_path / "checkpoints"), SANA_TRIGGER_S="0.5", SANA_RUN_DIR=str(tmp_path / "run"))
+    producer = KeepProducing(kafka_bootstrap, urban)
+    service = SanaUp(["--port", str(port)], env, tmp_path / "first.log")
+    try:
+        service.wait_healthy(url, timeout=120)
+        a = submit_a_and_produce(url, kafka_bootstrap, urban, sink, producer)
+        (query,) = httpx.get(f"{url}/runtime/queries", timeout=10).json()["queries"]
+        store.restart_empty()
+        flows = wait_for(lambda: (r := httpx.get(f"{url}/dataflows", timeout=30)).status_code == 200 and r.json(), 60,
+                         "the API back on the empty Redis")
+        assert [d["id"] for d in flows["dataflows"]] == [a]
+        records = redis.Redis(port=store.port).hkeys("sana:runtime:queries")
+        assert records == [query["query"].encode()], "the query's record was not written back"
+    finally:
+        assert service.terminate() == 0, service.output()
+    assert "wrote back the records of 1 queries" in service.output()
+
+    restarted = SanaUp(["--port", str(port)], env, tmp_path / "second.log")
+    try:
+        restarted.wait_healthy(url, timeout=180)
+        (again,) = httpx.get(f"{url}/runtime/queries", timeout=10).json()["queries"]
+        assert again["query"] == query["query"] and again["run"] != query["run"], "not resumed from its checkpoint"
+        time.sleep(2)
+        produced = producer.stop()
+        assert_sinks(kafka_bootstrap, [(sink, expect_a(produced), expect_a(produced))])
+    finally:
+        producer.stop()
+        assert restarted.terminate() == 0, restarted.output()
         store.stop()
