@@ -56,6 +56,6 @@ def build_services(settings: Settings) -> Services:
     manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config, sharing=settings.sharing,
                       defrag_after_removals=settings.defrag_after_removals,
                       limits=Limits(settings.max_tasks_per_dataflow, settings.max_dataflows_per_owner,
-                                    settings.max_running_tasks))
+                                    settings.max_running_tasks, settings.max_queries))
     kafka = None if settings.dry_run else KafkaProbe(settings.effective_kafka_bootstrap)
     return Services(settings, client, manager, kafka, note, principals)

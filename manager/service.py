@@ -31,8 +31,9 @@ from manager.state import State, SubmittedDataflow
 from manager.store import StaleState, Store
 from manager.validate import parse_dataflow
 from runtime.base import Runtime
-from sana.failpoints import fail_point
 from runtime.exceptions import RuntimeFailure
+from runtime.plan import TaskSpec
+from sana.failpoints import fail_point
 from wan_sim.exceptions import WanNotConfigured
 from wan_sim.monitor import WanMonitor
 from wan_sim.topology import WanConfig, load_wan_config, parse_wan_config
@@ -92,6 +93,7 @@ class Limits:
     tasks_per_dataflow: int = 200
     dataflows_per_owner: int = 1000
     running_tasks: int = 20_000
+    queries: int = 2_000
 
     def check_dataflow(self, flow: Dataflow) -> None:
         if len(flow.tasks) > self.tasks_per_dataflow:
@@ -106,11 +108,17 @@ class Limits:
                                 "(SANA_MAX_DATAFLOWS_PER_OWNER): remove one first",
                                 culprit={"limit": "SANA_MAX_DATAFLOWS_PER_OWNER"})
 
-    def check_service(self, state: State, new_tasks: int) -> None:
-        if len(state.tasks) + new_tasks > self.running_tasks:
-            raise ServiceFull(f"the service runs {len(state.tasks)} tasks and this dataflow needs {new_tasks} more; "
+    def check_service(self, state: State, new_tasks: list[TaskSpec]) -> None:
+        if len(state.tasks) + len(new_tasks) > self.running_tasks:
+            raise ServiceFull(f"the service runs {len(state.tasks)} tasks and this dataflow needs {len(new_tasks)} more; "
                               f"at most {self.running_tasks} (SANA_MAX_RUNNING_TASKS)",
                               culprit={"limit": "SANA_MAX_RUNNING_TASKS"})
+        # A query hosts one fragment or more, so fragments bound the queries whatever the runtime hosts together.
+        fragments = {task.fragment for task in new_tasks} - set(state.fragments)
+        if len(state.fragments) + len(fragments) > self.queries:
+            raise ServiceFull(f"the service runs {len(state.fragments)} fragments (each up to one Spark query) and this "
+                              f"dataflow needs {len(fragments)} more; at most {self.queries} (SANA_MAX_QUERIES)",
+                              culprit={"limit": "SANA_MAX_QUERIES"})
 
 
 class Manager:
@@ -210,7 +218,7 @@ class Manager:
             self._sync()
             self.limits.check_owner(self.state, flow.owner)
             plan = merge.plan_merge(self.state, flow, self.clock(), sharing=self.sharing)
-            self.limits.check_service(self.state, len(plan.new_tasks))
+            self.limits.check_service(self.state, plan.new_tasks)
             version = self._deploy_and_commit("merge", plan.change, lambda: self.store.commit_merge(plan, self.state),
                                               plan.dataflow.id)
             merge.apply_merge(self.state, plan)

@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     max_tasks_per_dataflow: int = Field(200, ge=1, le=100_000, description="Most tasks one dataflow may have (429 over it).")
     max_dataflows_per_owner: int = Field(1000, ge=1, le=1_000_000, description="Most dataflows one owner may run (429 over it).")
     max_running_tasks: int = Field(20_000, ge=1, le=10_000_000, description="Most running tasks the whole service takes (503 over it).")
+    max_queries: int = Field(
+        2_000, ge=1, le=1_000_000,
+        description="Most Spark queries the whole service may need (503 over it), counted as running fragments: "
+        "each needs one query at most (hosting runs several in one).")
     tokens_file: Path | None = Field(
         None, description="JSON file of principals and their tokens' SHA-256 (sana/auth.py, `sana token new`); "
         "without it the service runs in single-user mode and `sana up` listens on loopback only.")

@@ -59,3 +59,16 @@ def test_a_full_service_answers_503_but_shared_work_still_fits(settings_factory)
         assert refused.json()["code"] == "SERVICE_FULL" and refused.json()["culprit"] == {"limit": "SANA_MAX_RUNNING_TASKS"}
         assert "runs 5 tasks and this dataflow needs 2 more; at most 5" in refused.json()["detail"]
         _unchanged(client, before)
+
+
+def test_queries_are_bounded_through_the_fragments_they_need(settings_factory):
+    with _client(settings_factory, max_queries=2) as client:
+        assert client.post("/dataflows", json=urban_etl("a")).status_code == 201  # one fragment
+        assert client.post("/dataflows", json=urban_etl("b")).status_code == 201  # shares it; its own sink: 2
+        assert client.get("/stats").json()["fragments"] == 2
+        before = _snapshot(client)
+        other = chain(source(topic="elsewhere"), task("out", "sink", topic="c"), name="other")
+        refused = client.post("/dataflows", json=other)
+        assert refused.status_code == 503 and refused.json()["culprit"] == {"limit": "SANA_MAX_QUERIES"}
+        assert "runs 2 fragments (each up to one Spark query) and this dataflow needs 1 more; at most 2" in refused.json()["detail"]
+        _unchanged(client, before)

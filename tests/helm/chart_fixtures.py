@@ -191,6 +191,7 @@ SANA_SETTINGS_IN_POD = {
     "SANA_MAX_TASKS_PER_DATAFLOW",
     "SANA_MAX_DATAFLOWS_PER_OWNER",
     "SANA_MAX_RUNNING_TASKS",
+    "SANA_MAX_QUERIES",
 }
 
 # Optional settings: the pod carries them only when their value is set (else the

@@ -95,8 +95,9 @@ def test_manager_env_carries_every_sana_setting(scenario):
     assert float(plain["SANA_TRIGGER_S"]) == values["spark"]["triggerSeconds"]
     assert plain["SANA_DEFRAG_AFTER_REMOVALS"] == str(values["defrag"]["afterRemovals"])
     limits = values["limits"]
-    assert (plain["SANA_MAX_TASKS_PER_DATAFLOW"], plain["SANA_MAX_DATAFLOWS_PER_OWNER"], plain["SANA_MAX_RUNNING_TASKS"]) == (
-        str(limits["tasksPerDataflow"]), str(limits["dataflowsPerOwner"]), str(limits["runningTasks"]))
+    assert (plain["SANA_MAX_TASKS_PER_DATAFLOW"], plain["SANA_MAX_DATAFLOWS_PER_OWNER"], plain["SANA_MAX_RUNNING_TASKS"],
+            plain["SANA_MAX_QUERIES"]) == (
+        str(limits["tasksPerDataflow"]), str(limits["dataflowsPerOwner"]), str(limits["runningTasks"]), str(limits["queries"]))
     assert plain["SANA_API_HOST"] == "0.0.0.0"
     assert plain["SANA_API_PORT"] == str(values["api"]["port"])
     assert plain["SANA_CHECKPOINT_DIR"] == values["checkpoints"]["dir"]
