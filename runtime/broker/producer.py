@@ -14,6 +14,14 @@ Under CPU starvation kafka-python 3.0 has been seen to leave a produce batch
 unsent until it expires, while a fresh producer sends the same records at
 once. So records not acknowledged within the delivery timeout are sent once
 more through a new producer before the batch is declared failed.
+
+A producer must not outlive a topic it wrote. kafka-python 3.0 keeps a
+(then empty) queue for every partition it ever wrote, and once a metadata
+refresh (every 5 minutes) no longer lists a deleted topic, its sender thread
+asks for metadata in a tight loop, a whole core per producer for as long as
+the producer lives (measured: 1.0 core). A query whose plan stops writing a
+topic (an internal topic is deleted after that) therefore retires it
+(:meth:`BatchProducer.retire`), and the next batch gets a fresh producer.
 """
 
 from __future__ import annotations
@@ -42,7 +50,10 @@ class BatchProducer:
         self._producer: KafkaProducer | None = None
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
+        self._written: set[str] = set()  # topics the current producer has written
+        self._retired = False
         self.resent = 0
+        self.renewed = 0
 
     def _client(self) -> KafkaProducer:
         with self._lock:
@@ -66,6 +77,11 @@ class BatchProducer:
         rows = list(zip(table.column("topic").to_pylist(), table.column("value").to_pylist()))
         headers = list(headers)
         with self._send_lock:
+            if self._retired:  # a topic it wrote is no longer written (and may be deleted): start afresh
+                self._retired = False
+                self.renewed += 1
+                self.reset()
+            self._written.update(topic for topic, _ in rows)
             pending = self._send(rows, range(len(rows)), headers)
             if pending:
                 log.warning("%d of %d record(s) not acknowledged; sending them again through a new producer",
@@ -96,9 +112,15 @@ class BatchProducer:
             return list(indexes)
         return [seq for seq, future in futures.items() if not future.is_done or future.failed()]
 
+    def retire(self, topics: set[str]) -> None:
+        """Nothing is written to ``topics`` any more: the next batch uses a new producer if this one wrote any."""
+        if self._written & set(topics):
+            self._retired = True
+
     def reset(self) -> None:
         with self._lock:
             producer, self._producer = self._producer, None
+            self._written = set()
         if producer is not None:
             try:
                 producer.close(timeout=1)

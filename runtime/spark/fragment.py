@@ -226,8 +226,11 @@ class FragmentQuery:
             keyed[task.id] = operator
         with self._cond:
             self._retired |= set(self.keyed) - set(keyed)
+            dropped = {topic for _, topic in self.plan.outputs} - {topic for _, topic in plan.outputs}
             self.plan = plan
             self.keyed = keyed
+        if dropped and self.producer is not None:
+            self.producer.retire(dropped)
         if wait:
             self.wait_quiesced(plan.version, timeout_s)
 

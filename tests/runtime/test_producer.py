@@ -63,3 +63,54 @@ def test_records_still_unacknowledged_fail_the_batch(fake_kafka):
     producer = module.BatchProducer("nowhere:9092")
     with pytest.raises(RuntimeFailure, match="could not write 3 of 3 record"):
         producer.send_table(TABLE, [])
+
+
+def test_a_retired_topic_gives_the_next_batch_a_fresh_producer(fake_kafka):
+    fake_kafka.stuck_instances = 0
+    producer = module.BatchProducer("nowhere:9092")
+    producer.send_table(TABLE, [])
+    producer.retire({"never-written"})
+    producer.send_table(TABLE, [])
+    assert len(fake_kafka.made) == 1, "a topic it never wrote does not renew the producer"
+    producer.retire({"b", "gone"})
+    producer.send_table(pa.table({"topic": ["a"], "value": ["4"]}), [])
+    assert len(fake_kafka.made) == 2 and producer.renewed == 1
+    assert fake_kafka.made[1].sent == [("a", b"4", {"sana.seq": b"0"})]
+
+
+@pytest.mark.kafka
+def test_a_producer_does_not_spin_after_a_topic_it_wrote_is_deleted(kafka_bootstrap, monkeypatch):
+    """kafka-python 3.0 spins a core asking for metadata once a refresh drops a topic the producer wrote;
+    retiring the topic before it is deleted (what a query does when its plan stops writing it) avoids it."""
+    import resource
+    import time
+    import uuid
+
+    from runtime.broker.topics import Topics
+
+    library = module.KafkaProducer
+    monkeypatch.setattr(module, "KafkaProducer", lambda **config: library(metadata_max_age_ms=300, **config))
+    gone, stays = f"gone-{uuid.uuid4().hex[:8]}", f"stays-{uuid.uuid4().hex[:8]}"
+    topics = Topics(kafka_bootstrap, 1)
+    topics.ensure([gone, stays])
+    producer = module.BatchProducer(kafka_bootstrap)
+    try:
+        producer.send_table(pa.table({"topic": [gone, stays], "value": ["1", "2"]}), [])
+        producer.retire({gone})
+        topics.delete([gone])
+        producer.send_table(pa.table({"topic": [stays], "value": ["3"]}), [])
+
+        def cpu_s() -> float:
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            return usage.ru_utime + usage.ru_stime
+
+        before, began = cpu_s(), time.monotonic()
+        for value in range(8):  # metadata refreshed ~10 times meanwhile
+            producer.send_table(pa.table({"topic": [stays], "value": [str(value)]}), [])
+            time.sleep(0.4)
+        cores = (cpu_s() - before) / (time.monotonic() - began)
+        assert cores < 0.5, f"the process used {cores:.2f} cores while sending 8 records: the producer spins"
+        assert producer.renewed == 1
+    finally:
+        producer.close()
+        topics.close()
