@@ -163,6 +163,13 @@ def test_kill_9_and_restart_loses_nothing(tmp_path, state_prefix, kafka_bootstra
         assert restarted.terminate() == 0, restarted.output()
 
 
+def service_env(tmp_path: Path, kafka_bootstrap: str, redis_url: str, **extra: str) -> dict[str, str]:
+    """`sana up` on the test's broker and Redis, Spark local[2], a 0.5 s trigger, checkpoints under ``tmp_path``."""
+    return sana_env(SANA_REDIS_URL=redis_url, SANA_KAFKA_BOOTSTRAP=kafka_bootstrap, SANA_SPARK_MASTER="local[2]",
+                    SANA_TRIGGER_S="0.5", SANA_CHECKPOINT_DIR=str(tmp_path / "checkpoints"),
+                    SANA_RUN_DIR=str(tmp_path / "run"), **extra)
+
+
 def submit_a_and_produce(url: str, bootstrap: str, urban: str, sink: str, producer: KeepProducing) -> str:
     """Submit flow A, start producing, return A's id once its sink has output."""
     made = httpx.post(f"{url}/dataflows", json=flow_a(urban, sink), timeout=180)
@@ -212,9 +219,7 @@ def test_kill_9_between_the_steps_of_a_merge_and_of_an_unmerge(tmp_path, redis_c
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     checkpoints = tmp_path / "checkpoints"
-    env = sana_env(SANA_STATE_PREFIX=state_prefix, SANA_REDIS_URL=REDIS_URL, SANA_KAFKA_BOOTSTRAP=kafka_bootstrap,
-                   SANA_CHECKPOINT_DIR=str(checkpoints), SANA_SPARK_MASTER="local[2]", SANA_TRIGGER_S="0.5",
-                   SANA_RUN_DIR=str(tmp_path / "run"))
+    env = service_env(tmp_path, kafka_bootstrap, REDIS_URL, SANA_STATE_PREFIX=state_prefix)
     producer = KeepProducing(kafka_bootstrap, urban)
 
     def killed_by_its_fail_point(service: SanaUp, request) -> None:
@@ -313,8 +318,7 @@ def test_redis_restart_while_records_flow_answers_503_meanwhile_and_loses_nothin
     sinks = {"a": f"{urban}-a", "b": f"{urban}-b"}
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = sana_env(SANA_REDIS_URL=store.url, SANA_KAFKA_BOOTSTRAP=kafka_bootstrap, SANA_SPARK_MASTER="local[2]",
-                   SANA_CHECKPOINT_DIR=str(tmp_path / "checkpoints"), SANA_TRIGGER_S="0.5", SANA_RUN_DIR=str(tmp_path / "run"))
+    env = service_env(tmp_path, kafka_bootstrap, store.url)
     producer = KeepProducing(kafka_bootstrap, urban)
     service = SanaUp(["--port", str(port)], env, tmp_path / "sana.log")
     try:
@@ -357,8 +361,7 @@ def test_redis_restarted_empty_gets_the_state_and_the_query_records_back(tmp_pat
     sink = f"{urban}-a"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = sana_env(SANA_REDIS_URL=store.url, SANA_KAFKA_BOOTSTRAP=kafka_bootstrap, SANA_SPARK_MASTER="local[2]",
-                   SANA_CHECKPOINT_DIR=str(tmp_path / "checkpoints"), SANA_TRIGGER_S="0.5", SANA_RUN_DIR=str(tmp_path / "run"))
+    env = service_env(tmp_path, kafka_bootstrap, store.url)
     producer = KeepProducing(kafka_bootstrap, urban)
     service = SanaUp(["--port", str(port)], env, tmp_path / "first.log")
     try:
