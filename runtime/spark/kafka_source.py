@@ -20,11 +20,20 @@ produced as they are, each with headers ``sana.writer``, ``sana.run`` and
 ``sana.batch`` so a consumer can recognize a replayed batch; the batch writer
 (a fragment's executor writes) adds ``sana.seq``, so a record is named as
 when the driver writes it.
+
+A Python worker keeps one producer per broker for every query whose tasks it
+runs, and it cannot know when a topic it wrote is deleted. kafka-python 3.0
+spins a core asking for metadata once a refresh drops a deleted topic that a
+producer wrote (:mod:`runtime.broker.producer`). So a worker's producer is
+replaced once a topic it wrote has gone unwritten for ``TOPIC_IDLE_RENEW_S``
+(well under the 5-minute metadata refresh): before the next write, or by a
+reaper thread if the worker writes nothing more.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,7 +57,10 @@ ARROW_CHUNK = 8192
 
 # kafka-python clients cached per Python worker process (workers are reused).
 _CONSUMERS: dict[str, object] = {}
-_PRODUCERS: dict[str, object] = {}
+_PRODUCERS: dict[str, "_WorkerProducer"] = {}
+_PRODUCERS_LOCK = threading.Lock()
+TOPIC_IDLE_RENEW_S = 60.0
+REAP_EVERY_S = 10.0
 
 
 def _consumer(bootstrap: str):
@@ -65,18 +77,65 @@ def _consumer(bootstrap: str):
     return consumer
 
 
-def _producer(bootstrap: str):
-    from kafka import KafkaProducer
+class _WorkerProducer:
+    """This worker's producer to one broker, replaced once a topic it wrote has been idle too long."""
 
-    producer = _PRODUCERS.get(bootstrap)
-    if producer is None:
-        producer = KafkaProducer(
-            bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 << 10, acks=1,
-            retries=10, retry_backoff_ms=200, request_timeout_ms=20_000, max_block_ms=30_000,
-            reconnect_backoff_max_ms=1_000,
-        )
-        _PRODUCERS[bootstrap] = producer
-    return producer
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.lock = threading.Lock()  # held while a task writes, and while the producer is replaced
+        self.producer = None
+        self.last_write: dict[str, float] = {}  # topic -> when this producer last wrote it (monotonic)
+        self.renewed = 0
+
+    def client(self):
+        """The producer to write with; the caller holds :attr:`lock`."""
+        from kafka import KafkaProducer
+
+        if self.producer is not None and self.stale(time.monotonic()):
+            self.renewed += 1
+            self.drop()
+        if self.producer is None:
+            self.producer = KafkaProducer(
+                bootstrap_servers=self.bootstrap, linger_ms=5, batch_size=256 << 10, acks=1,
+                retries=10, retry_backoff_ms=200, request_timeout_ms=20_000, max_block_ms=30_000,
+                reconnect_backoff_max_ms=1_000,
+            )
+        return self.producer
+
+    def stale(self, now: float) -> bool:
+        return any(now - when > TOPIC_IDLE_RENEW_S for when in self.last_write.values())
+
+    def drop(self) -> None:
+        producer, self.producer, self.last_write = self.producer, None, {}
+        if producer is not None:
+            try:
+                producer.close(timeout=1)
+            except Exception:  # a broken producer is dropped whatever it says
+                pass
+
+    def reap(self) -> None:
+        """Drop the producer if it is stale and no task is writing through it."""
+        if self.lock.acquire(blocking=False):
+            try:
+                if self.producer is not None and self.stale(time.monotonic()):
+                    self.renewed += 1
+                    self.drop()
+            finally:
+                self.lock.release()
+
+
+def _reap_forever() -> None:
+    while True:
+        time.sleep(REAP_EVERY_S)
+        for producer in list(_PRODUCERS.values()):
+            producer.reap()
+
+
+def _worker_producer(bootstrap: str) -> _WorkerProducer:
+    with _PRODUCERS_LOCK:
+        if not _PRODUCERS:
+            threading.Thread(target=_reap_forever, name="sana-producer-reaper", daemon=True).start()
+        return _PRODUCERS.setdefault(bootstrap, _WorkerProducer(bootstrap))
 
 
 def _drop_client(cache: dict, bootstrap: str) -> None:
@@ -268,23 +327,29 @@ def produce_rows(bootstrap: str, batches: Iterator[pa.RecordBatch], headers: lis
     """
     from kafka.errors import KafkaError
 
-    producer = _producer(bootstrap)
+    worker = _worker_producer(bootstrap)
     count = 0
-    try:
-        futures = []
-        for batch in batches:
-            topics = batch.column("topic").to_pylist()
-            values = batch.column("value").to_pylist()
-            for topic, value in zip(topics, values):
-                named = headers if seq_base is None else [*headers, ("sana.seq", str(seq_base + count).encode())]
-                futures.append(producer.send(topic, value=value.encode("utf-8"), headers=named))
-                count += 1
-        producer.flush(timeout=60)
-        for future in futures:
-            future.get(timeout=60)
-    except (KafkaError, OSError):
-        _drop_client(_PRODUCERS, bootstrap)
-        raise
+    with worker.lock:
+        try:
+            producer = worker.client()
+            futures = []
+            written: set[str] = set()
+            for batch in batches:
+                topics = batch.column("topic").to_pylist()
+                values = batch.column("value").to_pylist()
+                for topic, value in zip(topics, values):
+                    named = headers if seq_base is None else [*headers, ("sana.seq", str(seq_base + count).encode())]
+                    futures.append(producer.send(topic, value=value.encode("utf-8"), headers=named))
+                    written.add(topic)
+                    count += 1
+            producer.flush(timeout=60)
+            for future in futures:
+                future.get(timeout=60)
+        except (KafkaError, OSError):
+            worker.drop()
+            raise
+        now = time.monotonic()
+        worker.last_write.update((topic, now) for topic in written)
     return count
 
 

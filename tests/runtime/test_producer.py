@@ -114,3 +114,64 @@ def test_a_producer_does_not_spin_after_a_topic_it_wrote_is_deleted(kafka_bootst
     finally:
         producer.close()
         topics.close()
+
+
+@pytest.mark.kafka
+def test_a_worker_producer_is_renewed_once_a_topic_it_wrote_goes_unwritten(kafka_bootstrap, monkeypatch):
+    """The executor-side writer shares one producer per Python worker among all queries, and cannot know
+    when a topic is deleted: a topic idle for TOPIC_IDLE_RENEW_S renews the producer, before the next write
+    or, if the worker writes nothing more, by the reaper thread."""
+    import resource
+    import time
+    import uuid
+
+    import kafka
+
+    from runtime.broker.topics import Topics
+    from runtime.spark import kafka_source
+
+    library = kafka.KafkaProducer
+    monkeypatch.setattr(kafka, "KafkaProducer", lambda **config: library(metadata_max_age_ms=300, **config))
+    monkeypatch.setattr(kafka_source, "_PRODUCERS", {})
+    monkeypatch.setattr(kafka_source, "TOPIC_IDLE_RENEW_S", 1.0)
+    monkeypatch.setattr(kafka_source, "REAP_EVERY_S", 0.2)
+    gone, stays = f"gone-{uuid.uuid4().hex[:8]}", f"stays-{uuid.uuid4().hex[:8]}"
+    topics = Topics(kafka_bootstrap, 1)
+    topics.ensure([gone, stays])
+
+    def write(*names: str) -> None:
+        batch = pa.RecordBatch.from_pydict({"topic": list(names), "value": ["x"] * len(names)})
+        assert kafka_source.produce_rows(kafka_bootstrap, iter([batch]), [("sana.writer", b"t")], 0) == len(names)
+
+    def cpu_s() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    try:
+        write(gone, stays)
+        worker = kafka_source._PRODUCERS[kafka_bootstrap]
+        topics.delete([gone])
+        deadline = time.monotonic() + 10
+        while worker.renewed == 0 and time.monotonic() < deadline:  # the writes keep `stays` fresh, not `gone`
+            write(stays)
+            time.sleep(0.3)
+        assert worker.renewed == 1, "a producer whose topic went unwritten must be renewed"
+        before, began = cpu_s(), time.monotonic()
+        for _ in range(8):
+            write(stays)
+            time.sleep(0.3)
+        cores = (cpu_s() - before) / (time.monotonic() - began)
+        assert cores < 0.5, f"the process used {cores:.2f} cores while writing 8 records: the producer spins"
+        assert worker.renewed == 1, "a producer whose topics are all written is kept"
+
+        write(stays)  # now the worker goes idle: the reaper drops the producer with nothing left to write
+        deadline = time.monotonic() + 10
+        while worker.producer is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert worker.producer is None and worker.renewed == 2
+    finally:
+        worker = kafka_source._PRODUCERS.get(kafka_bootstrap)
+        if worker is not None:
+            with worker.lock:
+                worker.drop()
+        topics.close()
