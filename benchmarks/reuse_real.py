@@ -281,9 +281,13 @@ def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, 
 
 # -- the report ---------------------------------------------------------------------------------
 
-def markers(kind: str, trace: str) -> tuple[str, str]:
-    """The comments in docs/reuse.md between which a trace's ``kind`` (``real`` or ``defrag``) table goes."""
-    return f"<!-- reuse {kind} {trace}: begin -->", f"<!-- reuse {kind} {trace}: end -->"
+WORKLOADS = {"riot": "RIoT,", "riot-paper": "RIoT (the paper's construction),"}
+
+
+def markers(kind: str, trace: str, workload: str = "riot") -> tuple[str, str]:
+    """The comments in docs/reuse.md between which a run's ``kind`` (``real`` or ``defrag``) table goes."""
+    tag = trace if workload == "riot" else f"{workload} {trace}"
+    return f"<!-- reuse {kind} {tag}: begin -->", f"<!-- reuse {kind} {tag}: end -->"
 
 
 def _mean(values: list[float]) -> float:
@@ -313,7 +317,7 @@ def _cell(value: float) -> str:
 def markdown(results: dict[str, Any]) -> str:
     """The run's settings, the alone-vs-reuse table when both modes ran (else the one mode's means), the sink check."""
     runs = results["runs"]
-    lines = [f"RIoT, {results['trace'].upper()} ({results['apps']} apps, trace seed {results['seed']}"
+    lines = [f"{WORKLOADS[results['workload']]} {results['trace'].upper()} ({results['apps']} apps, trace seed {results['seed']}"
              f"{', walk of ' + str(results['walk_steps']) + ' steps' if results['trace'] != 'seq' else ''}), "
              f"`{results['master']}`, {results['rate']:g} records/s per source, trigger {results['trigger_s']:g} s, "
              f"each step measured over {results['measure_s']:g} s after {results['settle_s']:g} s"
@@ -384,7 +388,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         axis.set_xlabel("step (dotted: sana defrag)")
         axis.grid(alpha=0.3)
     axes[0].legend()
-    figure.suptitle(f"RIoT {results['trace'].upper()} on Spark + Kafka, 2 cores")
+    figure.suptitle(f"{WORKLOADS[results['workload']].rstrip(',')} {results['trace'].upper()} on Spark + Kafka, 2 cores")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -393,13 +397,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def report(path: Path, docs: Path | None) -> str:
     results = json.loads(path.read_text())
     results.setdefault("trace", "seq")
-    trace = results["trace"]
+    trace, workload = results["trace"], results["workload"]
     text, defrag = markdown(results), defrag_markdown(results)
-    image = f"reuse_real_riot_{trace}.png"
+    image = f"reuse_real_{workload.replace('-', '_')}_{trace}.png"
     plot(results, Path("docs/img") / image)
     if docs is not None:
-        page = _between(docs.read_text(), markers("real", trace), f"{text}\n\n![RIoT {trace.upper()} on the real runtime](img/{image})")
-        docs.write_text(_between(page, markers("defrag", trace), defrag))
+        page = _between(docs.read_text(), markers("real", trace, workload),
+                        f"{text}\n\n![{WORKLOADS[workload].rstrip(',')} {trace.upper()} on the real runtime](img/{image})")
+        docs.write_text(_between(page, markers("defrag", trace, workload), defrag))
     return text + "\n\n" + defrag
 
 
@@ -433,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.riot_records import record_maker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="riot")
     parser.add_argument("--trace", choices=sorted(TRACES), default="seq", help="the dry run's traces (benchmarks.reuse)")
     parser.add_argument("--seed", type=int, default=None, help="trace seed (default: the dry run's)")
     parser.add_argument("--walk-steps", type=int, default=None, help="random walks: steps of the walk (default: the dry run's)")
@@ -447,21 +453,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--defrag-every", type=int, default=5,
                         help="defragment after every N removals (0: never)")
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/sana-reuse-real"), help="logs and checkpoints")
-    parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/reuse-real-riot-TRACE.json")
+    parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/reuse-real-WORKLOAD-TRACE.json")
     parser.add_argument("--report", action="store_true", help="only redraw the table and plot from --out")
     parser.add_argument("--write-docs", action="store_true", help="with --report: write the table into docs/reuse.md")
     args = parser.parse_args(argv)
-    out = args.out or Path(f"benchmarks/results/reuse-real-riot-{args.trace}.json")
+    out = args.out or Path(f"benchmarks/results/reuse-real-{args.workload}-{args.trace}.json")
     if args.report:
         print(report(out, Path("docs/reuse.md") if args.write_docs else None))
         return 0
-    workload = workloads()["riot"]
+    workload = workloads()[args.workload]
     spec = TRACES[args.trace]
     spec = replace(spec, seed=spec.seed if args.seed is None else args.seed,
                    walk_steps=spec.walk_steps if args.walk_steps is None else args.walk_steps)
     documents = workload.documents
     steps = with_defrag(spec.steps(workload), args.defrag_every)
-    results = {"workload": "riot", "apps": len(documents), "trace": args.trace, "seed": spec.seed,
+    results = {"workload": args.workload, "apps": len(documents), "trace": args.trace, "seed": spec.seed,
                "walk_steps": spec.walk_steps, "rate": args.rate, "trigger_s": args.trigger,
                "keyed_workers": args.keyed_workers, "settle_s": args.settle, "measure_s": args.measure,
                "master": args.master, "defrag_every": args.defrag_every, "commit": _commit(), "runs": {}}
@@ -476,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         save(mode, run_trace(documents, steps, sharing=mode == "reuse", run_dir=run_dir, redis_url=args.redis_url,
                              records=record_maker, rate=args.rate, settle_s=args.settle, measure_s=args.measure,
                              master=args.master, trigger_s=args.trigger, keyed_workers=args.keyed_workers,
-                             label=f"riot {args.trace} {mode}",
+                             label=f"{args.workload} {args.trace} {mode}",
                              checkpoint=lambda partial, mode=mode: save(mode, partial)))
     print(f"wrote {out}")
     return 0

@@ -7,17 +7,56 @@ import importlib
 from collections import Counter
 from typing import Any
 
+import json
+
 import pytest
 
 from benchmarks import opmw, reuse, traces
-from benchmarks.riot import riot_workload
+from benchmarks.riot import PAPER_TASKS, paper_dataflow, paper_workload, riot_workload
 from manager.validate import parse_dataflow
 
 
-@pytest.mark.parametrize("name", ["benchmarks.opmw", "benchmarks.traces", "benchmarks.reuse", "benchmarks.reuse_real"])
+@pytest.mark.parametrize("name", ["benchmarks.opmw", "benchmarks.riot", "benchmarks.traces", "benchmarks.reuse",
+                                  "benchmarks.reuse_real"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+# -- the paper's RIoT construction -----------------------------------------------------
+
+
+def test_the_papers_riot_construction_has_its_three_numbers():
+    """138 tasks, 19 distinct (type, config) pairs besides the sinks, 75 running with all 21 apps and reuse."""
+    flows = [parse_dataflow(document) for document in paper_workload()]
+    assert len(flows) == 21 and sum(len(flow.tasks) for flow in flows) == 138
+    assert all(4 <= len(flow.tasks) <= 8 for flow in flows)
+    assert len({signature for flow in flows for signature in flow.signatures.values()}) == 75
+    abstract = {json.dumps([task.type, task.config], sort_keys=True)
+                for flow in flows for task in flow.tasks.values() if task.type != "sink"}
+    assert len(abstract) == 19
+    kinds = {task_id for flow in flows for task_id in flow.tasks} - {"src", "senml_parse"}
+    assert {kind for kind in kinds if not kind.startswith("pub_")} == set(PAPER_TASKS), "every task kind is used"
+    sinks = Counter(task.config["topic"] for flow in flows for task in flow.tasks.values() if task.type == "sink")
+    assert all(count == 1 for count in sinks.values()), "a sink topic is written by two apps"
+
+
+def test_the_papers_riot_construction_shares_only_equal_ancestries():
+    """The bloom check has one config, but the one behind RangeFilter (ETL) and the one behind SenMLParse (STATS)
+    have other ancestors, so they never share a signature; apps over different sources share nothing."""
+    behind: dict[str, set[str]] = {}
+    by_source: dict[str, set[str]] = {}
+    for document in paper_workload():
+        flow = parse_dataflow(document)
+        parent = {stream.dst: stream.src for stream in flow.streams}
+        if "bloom_check" in flow.tasks:
+            behind.setdefault(parent["bloom_check"], set()).add(flow.signatures["bloom_check"])
+        by_source.setdefault(flow.tasks["src"].config["topic"], set()).update(flow.signatures.values())
+    assert set(behind) == {"range_filter", "senml_parse"} and not behind["range_filter"] & behind["senml_parse"]
+    grid, urban, taxi = by_source.values()
+    assert not (grid & urban or grid & taxi or urban & taxi)
+    with pytest.raises(ValueError, match="apps 0-20, not 21"):
+        paper_dataflow(21)
 
 
 # -- the OPMW-like workload -------------------------------------------------------------
@@ -203,7 +242,7 @@ def _real_step(step: int, action: str, tasks: int, queries: int, cores: float, *
 
 
 def _real_results(modes: dict[str, list[dict[str, Any]]], trace: str = "seq") -> dict[str, Any]:
-    return {"trace": trace, "apps": 2, "seed": 0, "walk_steps": 40, "master": "local[2]", "rate": 10.0,
+    return {"workload": "riot", "trace": trace, "apps": 2, "seed": 0, "walk_steps": 40, "master": "local[2]", "rate": 10.0,
             "trigger_s": 10.0, "settle_s": 5.0, "measure_s": 20.0,
             "runs": {mode: {"steps": steps, "sinks": {"out": {"records": 10, "repeated": 0}}} for mode, steps in modes.items()}}
 
