@@ -308,6 +308,8 @@ def _share_by_wan(state: State, flow: Dataflow, parents_of: dict[str, list[tuple
                     })
         task_map[item.id] = running
         placement[item.id] = {"running_task": running, **decision.to_dict()}
+    for task_id, refusal in plan.overruled:  # refusals that would have pressed the WAN harder than sharing
+        placement[task_id].setdefault("overruled", []).append(refusal.to_dict())
     for task_id in flow.order:
         task_map[task_id] = task_map[first[flow.signatures[task_id]]]
     return task_map, created_specs, placement, not_shared, notes

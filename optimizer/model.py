@@ -72,7 +72,10 @@ class PlanningOptions:
       so a stream crosses to a site once whatever its consumers there;
     - ``bandwidth_checks``: Algorithm 1's admission tests;
     - ``wan_placement``: Algorithm 2's WAN-aware rule for tasks with remote
-      inputs (else the WAN-unaware default: the first input's site).
+      inputs (else the WAN-unaware default: the first input's site);
+    - ``weigh_refusals``: keep Algorithm 1's refusals only when they press
+      the WAN less than taking every share would
+      (:func:`optimizer.planner.plan_query`); off, Algorithm 1 as printed.
     """
 
     share_sources: bool = True
@@ -80,6 +83,7 @@ class PlanningOptions:
     share_in: bool = True
     bandwidth_checks: bool = True
     wan_placement: bool = True
+    weigh_refusals: bool = True
 
     @property
     def router(self) -> bool:
@@ -189,13 +193,19 @@ class Crossing:
 
 @dataclass(frozen=True)
 class QueryPlan:
-    """A placed query: decisions in parents-first order, new crossings, added link loads."""
+    """A placed query: decisions in parents-first order, new crossings, added link loads.
+
+    ``overruled`` holds (query task id, refusal) for the refusals of Algorithm 1
+    the planner set aside because refusing would have pressed the WAN harder
+    than sharing (see :func:`optimizer.planner.plan_query`).
+    """
 
     decisions: dict[str, Decision]
     crossings: tuple[Crossing, ...] = ()
     link_delta: dict[tuple[str, str], float] = field(default_factory=dict)
     compared: int = 0
     skipped: int = 0
+    overruled: tuple[tuple[str, Refusal], ...] = ()
 
     @property
     def refusals(self) -> list[tuple[str, Refusal]]:

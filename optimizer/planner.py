@@ -6,7 +6,9 @@ options) and what the simulator calls for every policy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from optimizer.algorithm1 import Admitted, admit
 from optimizer.context import PlanContext
@@ -40,6 +42,18 @@ def plan_query(
     its reason naming the link. Each round refuses one more share, so this
     ends after at most as many rounds as the query has tasks.
 
+    Algorithm 1 refuses a share to avoid contention. Not sharing means a
+    copy of the vertex, whose inputs must then reach another site; where
+    bandwidth is scarce everywhere those inputs (raw streams, larger than the
+    shared output) contend too, and the refusal adds load instead of taking
+    it off. So when Algorithm 1 refused something, the plan that takes every
+    share is made as well, and the refusals are kept only if they press the
+    WAN no harder (:func:`pressure`: the highest utilization of a link the
+    plan adds to, then the Mbps it adds beyond spare bandwidth); otherwise the
+    sharing plan wins and the refusals are reported as ``overruled``
+    (``PlanningOptions.weigh_refusals``; docs/wan.md, "Why Sana lost to
+    Max-Share").
+
     ``forced`` maps query tasks onto running tasks they must reuse whatever
     the bandwidth (the manager forces the ancestors of a sink that already
     runs: its output exists, and a second writer of its topic would
@@ -64,6 +78,42 @@ def plan_query(
     {('x', 'a'): 10.0, ('a', 'b'): 5.0}
     """
     forced = dict(forced or {})
+    plan = _plan_checked(query, running, wan, options, forced)
+    if not (options.bandwidth_checks and options.weigh_refusals and plan.refusals):
+        return plan
+    sharing = _plan_once(query, running, wan, replace(options, bandwidth_checks=False), {}, forced)
+    if pressure(sharing, wan) < pressure(plan, wan):
+        return replace(sharing, compared=plan.compared, skipped=plan.skipped, overruled=tuple(plan.refusals))
+    return plan
+
+
+def pressure(plan: QueryPlan, wan: WanMonitor) -> tuple[float, float]:
+    """How hard ``plan`` presses on the WAN, lower is better: the highest utilization (load / capacity) of a
+    link it adds to (backpressure slows a source to its most contended link), then the Mbps it adds beyond
+    spare bandwidth in all.
+
+    >>> from wan_sim.topology import parse_wan_config
+    >>> monitor = WanMonitor(parse_wan_config({"sites": ["a", "b"], "links": [
+    ...     {"from": "a", "to": "b", "bandwidth_mbps": 10, "latency_ms": 5}]}), {("a", "b"): 6.0})
+    >>> pressure(QueryPlan({}, link_delta={("a", "b"): 8.0}), monitor)
+    (1.4, 4.0)
+    """
+    peak = excess = 0.0
+    for link, added in plan.link_delta.items():
+        capacity, spare = wan.capacity(*link), wan.spare(*link)
+        peak = max(peak, (capacity - spare + added) / capacity if capacity > 0 else math.inf)
+        excess += max(0.0, added - max(spare, 0.0))
+    return round(peak, 9), round(excess, 9)
+
+
+def _plan_checked(
+    query: Sequence[QueryTask],
+    running: RunningView,
+    wan: WanMonitor,
+    options: PlanningOptions,
+    forced: Mapping[str, str],
+) -> QueryPlan:
+    """Algorithms 1 and 2, made again with a share refused while a share's stream overflows a link."""
     vetoed: dict[str, dict[str, Refusal]] = {}
     while True:
         plan = _plan_once(query, running, wan, options, vetoed, forced)

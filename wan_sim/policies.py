@@ -9,6 +9,7 @@
 | no-share | as net (the 7.2 baseline name) | - | WAN-aware |
 | strict-share | IN-OP only, no routers | Algorithm 1 | WAN-aware |
 | max-share | IN-OP and IN, routers | no | WAN-aware |
+| sana-printed | as sana | Algorithm 1 as printed (refusals never weighed) | WAN-aware |
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ POLICIES: dict[str, PlanningOptions] = {
     "no-share": _NONE,
     "strict-share": PlanningOptions(share_in=False),
     "max-share": PlanningOptions(bandwidth_checks=False),
+    "sana-printed": PlanningOptions(weigh_refusals=False),
 }
 
 

@@ -33,6 +33,7 @@ class Deployment:
         self.queries: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self.placement: dict[str, dict[str, dict[str, Any]]] = {}
         self.refusals: list[dict[str, Any]] = []
+        self.overruled: list[dict[str, Any]] = []
         self._by_signature: dict[str, list[str]] = {}
         self._arrivals: dict[str, dict[str, list[str]]] = {}
 
@@ -162,6 +163,7 @@ class SimulationResult:
             result["epochs"] = [epoch.to_dict() for epoch in self.epochs]
             result["placement"] = self.deployment.placement
             result["not_shared"] = self.deployment.refusals
+            result["overruled"] = self.deployment.overruled
         return result
 
 
@@ -196,6 +198,8 @@ def simulate(scenario: Scenario, policy: str | PlanningOptions) -> SimulationRes
                 monitor = WanMonitor(config, deployment.link_loads())
                 plan = plan_query(to_query_tasks(query), deployment, monitor, options)
                 deployment.apply(query, plan.decisions)
+                deployment.overruled += [{"query": query.name, "task": task_id, **refusal.to_dict()}
+                                         for task_id, refusal in plan.overruled]
         if not deployment.queries:
             continue
         end = times[index + 1] if index + 1 < len(times) else scenario.duration_s

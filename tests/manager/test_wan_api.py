@@ -63,7 +63,8 @@ def test_wan_sim_command_prints_json(tmp_path, capsys):
     assert out["policy"] == "max-share" and out["summary"]["throughput_rps"] == 1000.0
     assert main([str(path), "--policy", "all", "--summary"]) == 0
     every = json.loads(capsys.readouterr().out)
-    assert set(every) == {"default", "net", "mqo", "sana", "no-share", "strict-share", "max-share"}
+    assert set(every) == {"default", "net", "mqo", "sana", "no-share", "strict-share", "max-share",
+                          "sana-printed"}
     assert every["sana"]["summary"]["throughput_rps"] == 2000.0
     assert main([str(path)]) == 0
     detail = json.loads(capsys.readouterr().out)

@@ -98,6 +98,27 @@ def test_a_share_the_link_cannot_carry_is_refused_and_explained(manager, redis_c
     check_wan_state(manager.state, {second.id: hot("b", "H2", "two"), third.id: hot("c", "H2", "three")})
 
 
+def test_a_refusal_that_would_press_the_wan_harder_is_overruled_and_reported(manager):
+    """Every link thin: the copy at H2 would read the raw stream (16 Mbps) over src -> H2's 4, the share sends
+    the filter's 8 Mbps over P -> H2's 4: the manager shares and says which refusals it overruled."""
+    scarce = json.loads(json.dumps(WAN))
+    scarce["links"] = [
+        {"from": "src", "to": "P", "bandwidth_mbps": 10, "latency_ms": 10},
+        {"from": "src", "to": "H2", "bandwidth_mbps": 4, "latency_ms": 30},
+        {"from": "P", "to": "H2", "bandwidth_mbps": 4, "latency_ms": 20},
+    ]
+    manager.set_wan(scarce)
+    first = manager.submit(hot("a", "P", "one"))
+    second = manager.submit(hot("b", "H2", "two"))
+    assert second.reused == ["src", "hot"] and second.not_shared == []
+    assert second.tasks["hot"] == first.tasks["hot"]
+    overruled = second.placement["hot"]["overruled"]
+    assert [(item["kind"], item["link"], item["needed_mbps"], item["available_mbps"]) for item in overruled] == [
+        ("IN-OP", {"from": "P", "to": "H2"}, 8.0, 4.0), ("IN", {"from": "P", "to": "H2"}, 8.0, 4.0)]
+    assert second.to_dict()["placement"]["hot"]["overruled"] == overruled
+    check_wan_state(manager.state, {first.id: hot("a", "P", "one"), second.id: hot("b", "H2", "two")})
+
+
 def test_with_bandwidth_to_spare_every_equivalent_task_is_shared(manager):
     roomy = json.loads(json.dumps(WAN))
     roomy["links"][2]["bandwidth_mbps"] = 50

@@ -83,3 +83,22 @@ def unaware_sharing_hurts() -> dict[str, Any]:
         "duration_s": 70,
         "latency": LATENCY,
     }
+
+
+def scarce_everywhere() -> dict[str, Any]:
+    """Why Algorithm 1 as printed lost to Max-Share when every link is thin (docs/wan.md).
+
+    As :func:`unaware_sharing_hurts`, but the copy's way is thinner than the
+    share's: S -> P has 10 Mbps, P -> H2 4 Mbps and S -> H2 4 Mbps. Refusing
+    the share of q1's filter at P means a copy at H2 whose input, the raw
+    stream (20 Mbps), crosses S -> H2, where the share's output (10 Mbps)
+    would have crossed P -> H2.
+    """
+    document = unaware_sharing_hurts()
+    document["name"] = "scarce-everywhere"
+    document["wan"]["links"] = [
+        {"from": "S", "to": "P", "bandwidth_mbps": 10, "latency_ms": 10},
+        {"from": "S", "to": "H2", "bandwidth_mbps": 4, "latency_ms": 30},
+        {"from": "P", "to": "H2", "bandwidth_mbps": 4, "latency_ms": 20},
+    ]
+    return document

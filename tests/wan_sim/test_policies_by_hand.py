@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.wan_sim.scenarios import two_sources_two_queries, unaware_sharing_hurts
+from tests.wan_sim.scenarios import scarce_everywhere, two_sources_two_queries, unaware_sharing_hurts
 from wan_sim.scenario import parse_scenario
 from wan_sim.simulate import simulate
 
@@ -118,3 +118,43 @@ def test_sana_says_why_it_did_not_share():
     assert result.deployment.placement["q2"]["f"] == {"running": "q2.f", "site": "H2", "rule": "wan", "action": "create"}
     summary = result.summary()
     assert summary["throughput_rps"] == 2000.0 and summary["running_tasks"] == 5
+
+
+# Why Sana, with Algorithm 1 as printed, lost to Max-Share where bandwidth is scarce (docs/wan.md).
+# Stream A (20 Mbps) at S; S -> P 10 Mbps, S -> H2 4, P -> H2 4. q1 filters A (output 10 Mbps) and writes
+# at P; q2 applies the same filter and writes at H2. Every policy throttles A on its first hop S -> P
+# (20 Mbps of demand on 10: at most 0.5).
+#
+# max-share: q2 reuses q1's filter at P; P -> H2 carries its 10 Mbps on 4: A runs at min(0.5, 4/10) = 0.4,
+#   400 records/s per query, 800 in all. Achieved loads: S -> P 8, P -> H2 4.
+# sana-printed: Algorithm 1 refuses the share (10 Mbps needed on P -> H2, 4 spare) and the co-location at P
+#   for the same reason; the copy goes to H2 and reads the raw stream there: 20 Mbps on S -> H2's 4.
+#   A, read once at S for both queries, runs at min(0.5, 4/20) = 0.2: 200 records/s per query, 400 in all,
+#   half of Max-Share. The refusal meant to avoid contention put twice the Mbps on an equally thin link.
+# sana: the plan with the refusal (S -> H2 at 20/4 = 5x its capacity) presses the WAN harder than the plan
+#   that shares (P -> H2 at 10/4 = 2.5x), so the refusal is overruled: Max-Share's 800, with the refusal
+#   reported.
+SCARCE = {
+    "max-share": ({("S", "P"): 8.0, ("P", "H2"): 4.0}, 400.0),
+    "sana-printed": ({("S", "P"): 4.0, ("S", "H2"): 4.0}, 200.0),
+    "sana": ({("S", "P"): 8.0, ("P", "H2"): 4.0}, 400.0),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(SCARCE))
+def test_where_every_link_is_scarce_a_refusal_adds_contention_and_sana_overrules_it(policy):
+    loads, per_query_rps = SCARCE[policy]
+    _, have_loads, per_query = _run(scarce_everywhere(), policy)
+    assert have_loads == loads
+    assert {name: value[0] for name, value in per_query.items()} == {"q1": per_query_rps, "q2": per_query_rps}
+
+
+def test_sana_reports_the_refusals_it_overruled_and_keeps_those_that_relieve_the_wan():
+    scarce = simulate(parse_scenario(scarce_everywhere()), "sana")
+    assert scarce.deployment.refusals == []
+    assert [(item["task"], item["kind"], item["link"]) for item in scarce.deployment.overruled] == [
+        ("f", "IN-OP", {"from": "P", "to": "H2"}), ("f", "IN", {"from": "P", "to": "H2"})]
+    assert scarce.deployment.placement["q2"]["f"]["rule"] == "IN-OP"
+    # Figure 6: the copy at H2 reads A over S -> H2 (20 Mbps on 100), the share would put 10 on P -> H2's 5.
+    unaware = simulate(parse_scenario(unaware_sharing_hurts()), "sana")
+    assert unaware.deployment.overruled == [] and len(unaware.deployment.refusals) == 2
