@@ -28,11 +28,19 @@ DOC = ROOT / "docs" / "wan.md"
 IMG = ROOT / "docs" / "img"
 
 
-def run(policy: str, queries: int = 12, rate_scale: float = 1.0, bandwidth_scale: float = CONSTRAINED) -> dict[str, Any]:
-    scenario = parse_scenario(fourteen_site_scenario(queries, rate_scale=rate_scale, bandwidth_scale=bandwidth_scale))
+#: The bottleneck scenario: Virginia's egress towards the other compute sites at this factor. Virginia runs the
+#: first query's parse and filters of the Ohio and Sao Paulo streams, which later queries share (Sana Figure 6).
+BOTTLENECK = ("virginia", 0.1)
+
+
+def run(policy: str, queries: int = 12, rate_scale: float = 1.0, bandwidth_scale: float = CONSTRAINED,
+        thin_egress: tuple[str, float] | None = None) -> dict[str, Any]:
+    scenario = parse_scenario(fourteen_site_scenario(queries, rate_scale=rate_scale, bandwidth_scale=bandwidth_scale,
+                                                     thin_egress=thin_egress))
     result = simulate(scenario, policy)
     summary = result.summary()
     summary["refused"] = sum(1 for item in result.deployment.refusals if item["kind"] == "IN-OP")
+    summary["overruled"] = sum(1 for item in result.deployment.overruled if item["kind"] == "IN-OP")
     return summary
 
 
@@ -160,9 +168,25 @@ def main() -> None:
     by_count_max = sweep(["no-share", "max-share", "sana"], counts, lambda policy, n: run(policy, queries=n))
     sections.append("### 7.3 Sana vs Max-Share vs number of queries\n\n" + sweep_table("queries", counts, by_count_max))
     scales = [0.1, 0.15, 0.2, 0.3, 0.5, 1.0]
-    by_scale = sweep(["net", "max-share", "sana"], scales, lambda policy, b: run(policy, bandwidth_scale=b))
+    by_scale = sweep(["net", "max-share", "sana", "sana-printed"], scales, lambda policy, b: run(policy, bandwidth_scale=b))
     sections.append("### 7.3 (extra) Sana vs Max-Share vs NET as bandwidth shrinks (12 queries)\n\n"
-                    "link capacity x (of the measured 20-280 Mbps)\n\n" + sweep_table("bandwidth x", scales, by_scale))
+                    "link capacity x (of the measured 20-280 Mbps); `sana-printed` is Algorithm 1 as the paper prints it\n\n"
+                    + sweep_table("bandwidth x", scales, by_scale))
+    site, factor = BOTTLENECK
+    bottleneck = sweep(["no-share", "max-share", "sana", "sana-printed"], counts,
+                       lambda policy, n: run(policy, queries=n, thin_egress=BOTTLENECK))
+    factors = [0.05, 0.1, 0.2, 0.5, 1.0]
+    by_factor = sweep(["no-share", "max-share", "sana", "sana-printed"], factors,
+                      lambda policy, f: run(policy, thin_egress=(site, f)))
+    last = {policy: items[-1] for policy, items in bottleneck.items()}
+    versus = table(["Sana vs Max-Share, 12 queries", "ours", "paper (7.3)"], [
+        ["throughput", pct(last["sana"]["throughput_rps"], last["max-share"]["throughput_rps"]), "+35%"],
+        ["mean latency", pct(last["sana"]["mean_latency_ms"], last["max-share"]["mean_latency_ms"]), "-23%"],
+        ["WAN bandwidth", pct(last["sana"]["wan_mbps"], last["max-share"]["wan_mbps"]), "about +20%"],
+    ])
+    sections.append(f"### 7.3 A shared vertex's site is the bottleneck ({site}'s egress x{factor:g}, links x{CONSTRAINED:g})\n\n"
+                    + sweep_table("queries", counts, bottleneck) + "\n\n" + versus + "\n\n"
+                    + f"{site}'s egress factor, 12 queries\n\n" + sweep_table(f"{site} egress x", factors, by_factor))
 
     ample = sweep(["no-share", "sana"], counts, lambda policy, n: run(policy, queries=n, bandwidth_scale=AMPLE))
     ratios = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
@@ -185,6 +209,8 @@ def main() -> None:
         plot_sweep(IMG / "wan_7_2_rate.png", "input rate x", rates, by_rate, "7.2: degree of sharing vs input rate (4 queries)")
         plot_sweep(IMG / "wan_7_3_max_share.png", "concurrent queries", counts, by_count_max, "7.3: Sana vs Max-Share")
         plot_sweep(IMG / "wan_7_3_bandwidth.png", "link capacity x", scales, by_scale, "7.3 (extra): shrinking bandwidth")
+        plot_sweep(IMG / "wan_7_3_bottleneck.png", "concurrent queries", counts, bottleneck,
+                   f"7.3: a shared vertex's site is the bottleneck ({site}'s egress x{factor:g})")
         plot_sweep(IMG / "wan_7_4_queries.png", "concurrent queries", counts, ample, "7.4: ample bandwidth, WAN use vs queries")
         plot_sweep(IMG / "wan_7_4_ratio.png", "sharing ratio", ratios, by_ratio, "7.4: ample bandwidth, WAN use vs sharing ratio")
         document = DOC.read_text()

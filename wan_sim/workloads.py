@@ -119,8 +119,17 @@ def bandwidth_mbps(rtt_ms: float, rng: random.Random) -> float:
     return round(min(280.0, max(20.0, base * rng.uniform(0.8, 1.2))), 1)
 
 
-def fourteen_site_wan(seed: int = 7, bandwidth_scale: float = 1.0) -> dict[str, Any]:
-    """The WAN block of a scenario: 14 sites, a full mesh of links."""
+def fourteen_site_wan(seed: int = 7, bandwidth_scale: float = 1.0,
+                      thin_egress: tuple[str, float] | None = None) -> dict[str, Any]:
+    """The WAN block of a scenario: 14 sites, a full mesh of links.
+
+    ``thin_egress`` = (compute site, factor) multiplies that site's links towards the other compute sites,
+    in that direction only (Sana's Figure 6: the site of a shared vertex lacks egress for its consumers).
+
+    >>> wan = fourteen_site_wan(thin_egress=("virginia", 0.1))
+    >>> [(l["from"], l["to"], l["bandwidth_mbps"]) for l in wan["links"] if l.get("directed")][:1]
+    [('virginia', 'california', 16.11)]
+    """
     rng = random.Random(seed)
     sites = COMPUTE + ORIGINS
     links = []
@@ -129,6 +138,12 @@ def fourteen_site_wan(seed: int = 7, bandwidth_scale: float = 1.0) -> dict[str, 
             rtt = RTT_MS[(a, b)]
             links.append({"from": a, "to": b, "bandwidth_mbps": round(bandwidth_mbps(rtt, rng) * bandwidth_scale, 1),
                           "latency_ms": rtt / 2})
+    if thin_egress is not None:
+        site, factor = thin_egress
+        links += [{"from": site, "to": link["to"] if link["from"] == site else link["from"],
+                   "bandwidth_mbps": round(link["bandwidth_mbps"] * factor, 2), "latency_ms": link["latency_ms"], "directed": True}
+                  for link in list(links) if site in (link["from"], link["to"])
+                  and (link["to"] if link["from"] == site else link["from"]) in COMPUTE]
     return {"sites": [*COMPUTE, *({"name": origin, "compute": False} for origin in ORIGINS)], "links": links}
 
 
@@ -174,7 +189,8 @@ def sources(rate_scale: float = 1.0) -> dict[str, Any]:
     return result
 
 
-def fourteen_site_scenario(queries: int = 12, rate_scale: float = 1.0, bandwidth_scale: float = 1.0, seed: int = 7) -> dict[str, Any]:
+def fourteen_site_scenario(queries: int = 12, rate_scale: float = 1.0, bandwidth_scale: float = 1.0, seed: int = 7,
+                           thin_egress: tuple[str, float] | None = None) -> dict[str, Any]:
     """The WAN workload of WORKLOADS.md: the first ``queries`` of :data:`QUERIES`, 10 s apart.
 
     >>> scenario = fourteen_site_scenario(3)
@@ -189,7 +205,7 @@ def fourteen_site_scenario(queries: int = 12, rate_scale: float = 1.0, bandwidth
         chosen.append(_query(name, category, home, variant, streams, 10.0 * index, window_s=10))
     return {
         "name": f"fourteen-sites-{queries}q",
-        "wan": fourteen_site_wan(seed, bandwidth_scale),
+        "wan": fourteen_site_wan(seed, bandwidth_scale, thin_egress),
         "sources": sources(rate_scale),
         "queries": chosen,
         "duration_s": 10.0 * queries + 60.0,
