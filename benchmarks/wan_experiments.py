@@ -17,7 +17,7 @@ from typing import Any
 
 from wan_sim.scenario import parse_scenario
 from wan_sim.simulate import simulate
-from wan_sim.workloads import QUERIES, fourteen_site_scenario, sharing_ratio_scenario
+from wan_sim.workloads import QUERIES, degrading_scenario, fourteen_site_scenario, sharing_ratio_scenario
 
 #: Link capacities of the measured 20-280 Mbps WAN multiplied by this: a contended WAN (6-84 Mbps).
 CONSTRAINED = 0.3
@@ -87,6 +87,49 @@ def exp_7_1() -> tuple[str, dict[str, dict[str, Any]]]:
         per_query_rows.append(cells)
     per_query = table(["query (throughput / latency vs Default)", "NET", "MQO", "Sana"], per_query_rows)
     return overall + "\n\n" + compare + "\n\n" + per_query, results
+
+
+def replacement_over_time() -> tuple[str, dict[str, list[tuple[float, float]]]]:
+    """Section 6: Virginia's egress drops to a tenth at 125 s; throughput every 10 s with and without re-placement."""
+    runs = {"sana": ("sana", True), "sana, no re-placement": ("sana", False), "max-share": ("max-share", True)}
+    series: dict[str, list[tuple[float, float]]] = {}
+    moved: dict[str, int] = {}
+    for label, (policy, replacing) in runs.items():
+        result = simulate(parse_scenario(degrading_scenario(replacement=replacing)), policy)
+        last = result.epochs[-1]
+        series[label] = [(epoch.start_s, epoch.result.throughput_rps) for epoch in result.epochs]
+        series[label].append((last.end_s, last.result.throughput_rps))  # where the step plot ends
+        moved[label] = sum(len(tasks) for event in result.replacements for tasks in event["moved"].values())
+    times = [time for time, _ in series["sana"][:-1] if time >= 100]
+    rows = [[f"{time:g}"] + [f"{dict(points).get(time, _at(points, time)):.0f}" for points in series.values()] for time in times]
+    text = table(["time (s)", *series], rows)
+    text += "\n\n" + table(["run", "tasks moved or un-shared"], [[label, count] for label, count in moved.items()])
+    return text, series
+
+
+def _at(points: list[tuple[float, float]], time: float) -> float:
+    """The value of a step series at ``time`` (its last point at or before it)."""
+    return [value for start, value in points if start <= time][-1]
+
+
+def plot_series(path: Path, series: dict[str, list[tuple[float, float]]], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8, 3.6))
+    for label, points in series.items():
+        axis.step([time for time, _ in points], [value for _, value in points], where="post", label=label)
+    axis.axvline(125, color="grey", linestyle=":", linewidth=1)
+    axis.set_xlabel("time (s); dotted: Virginia's egress drops to a tenth")
+    axis.set_ylabel("throughput (tweets/s)")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
 
 
 def sweep(policies: list[str], values: list[Any], make) -> dict[str, list[dict[str, Any]]]:
@@ -188,6 +231,10 @@ def main() -> None:
                     + sweep_table("queries", counts, bottleneck) + "\n\n" + versus + "\n\n"
                     + f"{site}'s egress factor, 12 queries\n\n" + sweep_table(f"{site} egress x", factors, by_factor))
 
+    text, series = replacement_over_time()
+    sections.append("### 6 Re-placement when a link degrades (12 queries, links x0.3, Virginia's egress x0.1 at 125 s)\n\n"
+                    "throughput (tweets/s) from 100 s; re-placement at utilization >= 0.95, checked every 10 s\n\n" + text)
+
     ample = sweep(["no-share", "sana"], counts, lambda policy, n: run(policy, queries=n, bandwidth_scale=AMPLE))
     ratios = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     by_ratio = {policy: [simulate(parse_scenario(sharing_ratio_scenario(ratio)), policy).summary() for ratio in ratios]
@@ -211,6 +258,7 @@ def main() -> None:
         plot_sweep(IMG / "wan_7_3_bandwidth.png", "link capacity x", scales, by_scale, "7.3 (extra): shrinking bandwidth")
         plot_sweep(IMG / "wan_7_3_bottleneck.png", "concurrent queries", counts, bottleneck,
                    f"7.3: a shared vertex's site is the bottleneck ({site}'s egress x{factor:g})")
+        plot_series(IMG / "wan_6_replacement.png", series, "Re-placement: a link degrades mid-run (12 queries)")
         plot_sweep(IMG / "wan_7_4_queries.png", "concurrent queries", counts, ample, "7.4: ample bandwidth, WAN use vs queries")
         plot_sweep(IMG / "wan_7_4_ratio.png", "sharing ratio", ratios, by_ratio, "7.4: ample bandwidth, WAN use vs sharing ratio")
         document = DOC.read_text()

@@ -92,6 +92,39 @@ class Deployment:
         used = tuple(dict.fromkeys(mapping.values()))
         self.queries[query.name] = (used, tuple(mapping[sink] for sink in query.sinks))
 
+    def remove(self, name: str) -> None:
+        """Take query ``name`` out (unmerge): the tasks no other query uses stop."""
+        used, _ = self.queries.pop(name)
+        self.placement.pop(name, None)
+        for task_id in reversed(used):  # consumers before their producers
+            users = self.users[task_id]
+            users.remove(name)
+            if users:
+                continue
+            del self.users[task_id]
+            task = self.tasks.pop(task_id)
+            del self.flow[task_id]
+            self._by_signature[task.signature].remove(task_id)
+            if not self._by_signature[task.signature]:
+                del self._by_signature[task.signature]
+            for _, parent in task.inputs:
+                consumers = self._arrivals.get(parent, {}).get(task.site)
+                if consumers is not None and task_id in consumers:
+                    consumers.remove(task_id)
+                    if not consumers:
+                        del self._arrivals[parent][task.site]
+                    if not self._arrivals[parent]:
+                        del self._arrivals[parent]
+
+    def crossing_queries(self, links: set[tuple[str, str]]) -> list[str]:
+        """The queries (in arrival order) with a stream over one of ``links``: an input of a task they use."""
+        found = []
+        for name, (used, _) in self.queries.items():
+            if any((self.tasks[parent].site, self.tasks[task_id].site) in links
+                   for task_id in used for _, parent in self.tasks[task_id].inputs):
+                found.append(name)
+        return found
+
     def flow_queries(self) -> list[FlowQuery]:
         return [FlowQuery(name, tasks, sinks) for name, (tasks, sinks) in self.queries.items()]
 
@@ -116,6 +149,7 @@ class SimulationResult:
     policy: str
     epochs: tuple[Epoch, ...]
     deployment: Deployment = field(repr=False)
+    replacements: tuple[dict[str, Any], ...] = ()
 
     @property
     def final(self) -> FlowResult:
@@ -164,6 +198,7 @@ class SimulationResult:
             result["placement"] = self.deployment.placement
             result["not_shared"] = self.deployment.refusals
             result["overruled"] = self.deployment.overruled
+            result["replacements"] = list(self.replacements)
         return result
 
 
@@ -186,23 +221,64 @@ def simulate(scenario: Scenario, policy: str | PlanningOptions) -> SimulationRes
     options = policy_options(policy) if isinstance(policy, str) else policy
     deployment = Deployment(options.router)
     config = scenario.wan
-    times = sorted({0.0} | {query.at_s for query in scenario.queries} | {change.at_s for change in scenario.changes})
+    checks: set[float] = set()
+    if config.replace_above is not None:
+        checks = {step * config.check_every_s for step in range(1, int(scenario.duration_s / config.check_every_s) + 1)}
+    times = sorted({0.0} | {query.at_s for query in scenario.queries} | {change.at_s for change in scenario.changes} | checks)
     times = [time for time in times if time < scenario.duration_s]
     epochs: list[Epoch] = []
+    replacements: list[dict[str, Any]] = []
+
+    def place(query: SimQuery) -> None:
+        plan = plan_query(to_query_tasks(query), deployment, WanMonitor(config, deployment.link_loads()), options)
+        deployment.apply(query, plan.decisions)
+        deployment.overruled += [{"query": query.name, "task": task_id, **refusal.to_dict()}
+                                 for task_id, refusal in plan.overruled]
+
     for index, time in enumerate(times):
         for change in scenario.changes:
             if change.at_s == time:
                 config = config.with_bandwidth(change.src, change.dst, change.bandwidth_mbps)
         for query in scenario.queries:
             if query.at_s == time:
-                monitor = WanMonitor(config, deployment.link_loads())
-                plan = plan_query(to_query_tasks(query), deployment, monitor, options)
-                deployment.apply(query, plan.decisions)
-                deployment.overruled += [{"query": query.name, "task": task_id, **refusal.to_dict()}
-                                         for task_id, refusal in plan.overruled]
+                place(query)
         if not deployment.queries:
             continue
-        end = times[index + 1] if index + 1 < len(times) else scenario.duration_s
         result = solve(deployment.flow, deployment.flow_queries(), config, options.router, scenario.latency)
+        if time in checks:
+            moved = replace_over_threshold(deployment, scenario, result, config.replace_above, place)
+            if moved is not None:
+                replacements.append({"at_s": time, **moved})
+                result = solve(deployment.flow, deployment.flow_queries(), config, options.router, scenario.latency)
+        end = times[index + 1] if index + 1 < len(times) else scenario.duration_s
         epochs.append(Epoch(time, end, result))
-    return SimulationResult(scenario.name, name, tuple(epochs), deployment)
+    return SimulationResult(scenario.name, name, tuple(epochs), deployment, tuple(replacements))
+
+
+def replace_over_threshold(deployment: Deployment, scenario: Scenario, result: FlowResult, threshold: float,
+                           place) -> dict[str, Any] | None:
+    """Re-place the queries whose streams cross a link at or above ``threshold`` utilization (paper section 6).
+
+    Each such query is taken out and planned again on the running set and the current WAN, in arrival
+    order; the tasks other queries use stay where they are, so what moves is the query's own work (a
+    share the degraded link no longer carries becomes a copy elsewhere, if Algorithm 1 finds a better
+    site). Returns what changed, or None when nothing did (nothing crosses a hot link, or every plan is
+    the same again).
+    """
+    hot = {(link.src, link.dst) for link in result.links if link.utilization >= threshold - 1e-9}
+    if not hot:
+        return None
+    names = deployment.crossing_queries(hot)
+    by_name = {query.name: query for query in scenario.queries}
+    moved: dict[str, list[str]] = {}
+    for name in names:
+        before = {task_id: (entry["running"], entry["site"]) for task_id, entry in deployment.placement[name].items()}
+        deployment.remove(name)
+        place(by_name[name])
+        after = {task_id: (entry["running"], entry["site"]) for task_id, entry in deployment.placement[name].items()}
+        changed = sorted(task_id for task_id in after if after[task_id] != before.get(task_id))
+        if changed:
+            moved[name] = changed
+    if not moved:
+        return None
+    return {"links": sorted(f"{src} -> {dst}" for src, dst in hot), "queries": names, "moved": moved}

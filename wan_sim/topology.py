@@ -78,6 +78,12 @@ class _SourceDoc(BaseModel):
     rate_mbps: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
+class _ReplacementDoc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    utilization: float = Field(gt=0, le=10, allow_inf_nan=False)
+    check_every_s: float = Field(10.0, gt=0, le=86_400, allow_inf_nan=False)
+
+
 class _WanDoc(BaseModel):
     model_config = ConfigDict(extra="forbid")
     sites: list[_SiteDoc | str] = Field(min_length=1, max_length=1000)
@@ -87,6 +93,7 @@ class _WanDoc(BaseModel):
     sinks: dict[str, str] = Field(default_factory=dict)
     selectivity: dict[str, float] = Field(default_factory=dict)
     default_source_mbps: float = Field(1.0, ge=0, allow_inf_nan=False)
+    replacement: _ReplacementDoc | None = None
 
 
 # -- the model (dataclasses inside) --------------------------------------------------
@@ -134,6 +141,10 @@ class WanConfig:
     sinks: dict[str, str] = field(default_factory=dict, hash=False)
     selectivity: dict[str, float] = field(default_factory=dict, hash=False)
     default_source_mbps: float = 1.0
+    #: Re-place the queries whose streams cross a link whose measured utilization reaches this, checked every
+    #: ``check_every_s`` (None: never).
+    replace_above: float | None = None
+    check_every_s: float = 10.0
 
     @property
     def site_names(self) -> tuple[str, ...]:
@@ -202,6 +213,8 @@ class WanConfig:
         }
         if self.default_link is not None:
             result["default_link"] = {"bandwidth_mbps": self.default_link[0], "latency_ms": self.default_link[1]}
+        if self.replace_above is not None:
+            result["replacement"] = {"utilization": self.replace_above, "check_every_s": self.check_every_s}
         return result
 
 
@@ -277,6 +290,8 @@ def parse_wan_config(data: Mapping[str, Any] | str | bytes) -> WanConfig:
         sinks=sinks,
         selectivity={key: float(value) for key, value in doc.selectivity.items()},
         default_source_mbps=float(doc.default_source_mbps),
+        replace_above=None if doc.replacement is None else float(doc.replacement.utilization),
+        check_every_s=10.0 if doc.replacement is None else float(doc.replacement.check_every_s),
     )
 
 

@@ -212,6 +212,30 @@ def fourteen_site_scenario(queries: int = 12, rate_scale: float = 1.0, bandwidth
     }
 
 
+def degrading_scenario(queries: int = 12, bandwidth_scale: float = 0.3, site: str = "virginia", factor: float = 0.1,
+                       at_s: float = 125.0, replacement: bool = True, seed: int = 7) -> dict[str, Any]:
+    """The 14-site workload where ``site``'s egress to the other compute sites drops to ``factor`` at ``at_s``
+    (after every query arrived), with re-placement at 0.95 utilization checked every 10 s, or without it.
+
+    >>> scenario = degrading_scenario()
+    >>> len(scenario["bandwidth_changes"]), scenario["wan"]["replacement"], scenario["duration_s"]
+    (7, {'utilization': 0.95, 'check_every_s': 10}, 250.0)
+    """
+    scenario = fourteen_site_scenario(queries, bandwidth_scale=bandwidth_scale, seed=seed)
+    changes = []
+    for link in scenario["wan"]["links"]:
+        if site in (link["from"], link["to"]):
+            other = link["to"] if link["from"] == site else link["from"]
+            if other in COMPUTE:
+                changes.append({"at_s": at_s, "from": site, "to": other, "bandwidth_mbps": round(link["bandwidth_mbps"] * factor, 2)})
+    scenario["name"] = f"fourteen-sites-{queries}q-{site}-degrades"
+    scenario["bandwidth_changes"] = changes
+    scenario["duration_s"] = at_s + 125.0
+    if replacement:
+        scenario["wan"]["replacement"] = {"utilization": 0.95, "check_every_s": 10}
+    return scenario
+
+
 def sharing_ratio_scenario(ratio: float, queries: int = 4, seed: int = 11, bandwidth_scale: float = 100.0) -> dict[str, Any]:
     """Sana 7.4's second experiment: ``queries`` queries over the same four streams, a ``ratio`` of their vertices shared.
 

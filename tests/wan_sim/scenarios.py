@@ -102,3 +102,18 @@ def scarce_everywhere() -> dict[str, Any]:
         {"from": "P", "to": "H2", "bandwidth_mbps": 4, "latency_ms": 20},
     ]
     return document
+
+
+def degrading_link() -> dict[str, Any]:
+    """The Figure-6 sites with a link that degrades mid-run, and re-placement on (utilization >= 0.9, every 10 s).
+
+    P -> H2 has 100 Mbps at first, so q2 (at 10 s) shares q1's filter at P;
+    at 55 s it drops to 5 Mbps, less than the filter's 10.
+    """
+    document = unaware_sharing_hurts()
+    document["name"] = "degrading-link"
+    document["wan"]["links"][2]["bandwidth_mbps"] = 100
+    document["wan"]["replacement"] = {"utilization": 0.9, "check_every_s": 10}
+    document["bandwidth_changes"] = [{"at_s": 55, "from": "P", "to": "H2", "bandwidth_mbps": 5}]
+    document["duration_s"] = 90
+    return document

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.wan_sim.scenarios import scarce_everywhere, two_sources_two_queries, unaware_sharing_hurts
+from tests.wan_sim.scenarios import degrading_link, scarce_everywhere, two_sources_two_queries, unaware_sharing_hurts
 from wan_sim.scenario import parse_scenario
 from wan_sim.simulate import simulate
 
@@ -158,3 +158,31 @@ def test_sana_reports_the_refusals_it_overruled_and_keeps_those_that_relieve_the
     # Figure 6: the copy at H2 reads A over S -> H2 (20 Mbps on 100), the share would put 10 on P -> H2's 5.
     unaware = simulate(parse_scenario(unaware_sharing_hurts()), "sana")
     assert unaware.deployment.overruled == [] and len(unaware.deployment.refusals) == 2
+
+
+# Re-placement when a link degrades mid-run (paper section 6: the monitor triggers it).
+# Figure 6's sites with P -> H2 at 100 Mbps, so q2 (10 s) shares q1's filter at P: 1000 + 1000 records/s.
+# At 55 s P -> H2 drops to 5 Mbps: the share's 10 Mbps get 5, A is throttled to 0.5: 500 + 500.
+# At the check at 60 s P -> H2 is full (utilization 1 >= 0.9); q2 is the only query with a stream over it
+# (q1's filter -> q2's sink). q2 is planned again: Algorithm 1 refuses the share (10 needed, 5 spare), the copy
+# at H2 reads A over S -> H2 (20 on 100): 1000 + 1000 again. q1 and its filter are untouched.
+# Max-Share re-plans q2 the same way and shares again (it checks no bandwidth): it stays at 500 + 500.
+@pytest.mark.parametrize("policy, after", [("sana", 2000.0), ("max-share", 1000.0)])
+def test_a_degraded_link_triggers_re_placement_and_sana_un_shares(policy, after):
+    result = simulate(parse_scenario(degrading_link()), policy)
+    by_time = {epoch.start_s: epoch.result.throughput_rps for epoch in result.epochs}
+    assert (by_time[0.0], by_time[10.0], by_time[50.0], by_time[55.0]) == (1000.0, 2000.0, 2000.0, 1000.0)
+    assert by_time[60.0] == by_time[80.0] == after
+    if policy == "sana":
+        assert result.replacements == ({"at_s": 60.0, "links": ["P -> H2"], "queries": ["q2"], "moved": {"q2": ["f"]}},)
+        assert result.deployment.placement["q2"]["f"] == {"running": "q2.f", "site": "H2", "rule": "wan", "action": "create"}
+        assert result.deployment.placement["q1"]["f"]["running"] == "q1.f"
+    else:
+        assert result.replacements == ()
+
+
+def test_without_a_replacement_setting_nothing_is_re_placed():
+    document = degrading_link()
+    del document["wan"]["replacement"]
+    result = simulate(parse_scenario(document), "sana")
+    assert result.replacements == () and result.final.throughput_rps == 1000.0

@@ -44,6 +44,9 @@ def test_round_trip_through_the_canonical_document():
     wan = parse_wan_config(BASE)
     again = parse_wan_config(json.loads(json.dumps(wan.to_dict())))
     assert again == wan or again.to_dict() == wan.to_dict()
+    replacing = parse_wan_config({**BASE, "replacement": {"utilization": 0.9}})
+    assert (replacing.replace_above, replacing.check_every_s) == (0.9, 10.0) and wan.replace_above is None
+    assert parse_wan_config(replacing.to_dict()).to_dict() == replacing.to_dict()
 
 
 @pytest.mark.parametrize(
@@ -57,6 +60,9 @@ def test_round_trip_through_the_canonical_document():
         ({"sources": {"t": {"site": "pluto"}}}, r"sources\.t\.site: unknown site 'pluto'"),
         ({"sinks": {"t": "pluto"}}, r"sinks\.t: unknown site 'pluto'"),
         ({"colour": "blue"}, r"colour: Extra inputs are not permitted"),
+        ({"replacement": {"utilization": 0}}, r"replacement\.utilization: Input should be greater than 0"),
+        ({"replacement": {"utilization": 0.9, "check_every_s": -1}}, r"replacement\.check_every_s: Input should be greater than 0"),
+        ({"replacement": {"utilisation": 0.9}}, r"replacement\.utilization: Field required"),
     ],
 )
 def test_errors_name_the_field(change, message):
