@@ -2,10 +2,12 @@
 
 Queries are planned one at a time in arrival order (as in Sana's
 evaluation, independently submitted): the planner reads a WAN monitor whose
-link loads are the demand of everything already placed. Placement never
-changes afterwards. Between consecutive events (an arrival, a bandwidth
-change) the flow model gives the steady state; the summary averages the
-epochs after the last arrival, weighted by their length.
+link loads are the demand of everything already placed. Placement changes
+afterwards only through re-placement, when the WAN configuration sets a
+utilization threshold (:func:`replace_over_threshold`, checked every
+``check_every_s``). Between consecutive events (an arrival, a bandwidth
+change, a check) the flow model gives the steady state; the summary averages
+the epochs after the last arrival, weighted by their length.
 """
 
 from __future__ import annotations
