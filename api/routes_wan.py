@@ -5,7 +5,8 @@
 - ``PUT /wan``: set the configuration (validated; 422 naming the field); it
   governs the submits that follow, running tasks stay where they are.
 - ``DELETE /wan``: remove it (every equivalent task is shared again).
-- ``GET /wan/links``: the links only.
+- ``GET /wan/links``: the links only; each says whether its load is measured (the runtime counted the
+  crossing streams' writes), estimated (configured rates) or mixed.
 """
 
 from __future__ import annotations

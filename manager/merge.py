@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-
 from typing import Any
 
 from manager.exceptions import SinkTopicTaken
 from manager.model import Dataflow
 from manager.state import RunningSet, State, SubmittedDataflow
+from manager.traffic import link_loads_in_use, measured_by_signature, rates_in_use
 from optimizer.model import SANA, QueryTask
 from optimizer.planner import plan_query
 from optimizer.rates import estimate_rate
@@ -141,7 +142,8 @@ def isolated(flow: Dataflow, salt: str) -> Dataflow:
     return dataclasses.replace(flow, signatures=salted)
 
 
-def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool = True) -> MergePlan:
+def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool = True,
+               measured: Mapping[str, float] | None = None) -> MergePlan:
     """Plan the submission of a validated dataflow.
 
     Without a WAN configuration each task is looked up by signature (among
@@ -157,6 +159,8 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
     source's site is unknown to the WAN configuration;
     :class:`~scheduler.exceptions.PlacementImpossible` when no site can run a task.
     With ``sharing`` off nothing already running is reused (see :func:`isolated`).
+    ``measured`` (running task id -> output Mbps the runtime measured) replaces the
+    estimates the optimizer plans with, where it has them (:mod:`manager.traffic`).
     """
     if not sharing:
         flow = isolated(flow, f"df-{state.next_dataflow}")
@@ -169,7 +173,7 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
         not_shared: list[dict[str, Any]] = []
         notes: dict[str, list[dict[str, Any]]] = {}
     else:
-        task_map, created_specs, placement, not_shared, notes = _share_by_wan(state, flow, parents_of)
+        task_map, created_specs, placement, not_shared, notes = _share_by_wan(state, flow, parents_of, measured or {})
 
     def site_of(task_id: str) -> str | None:
         spec = created_specs.get(task_id) or state.tasks[task_id]
@@ -256,9 +260,15 @@ def _share_everything(
     return task_map, created_specs
 
 
-def _share_by_wan(state: State, flow: Dataflow, parents_of: dict[str, list[tuple[str, str]]]):
-    """Sana: the optimizer decides which equivalent tasks to share and where new ones run."""
+def _share_by_wan(state: State, flow: Dataflow, parents_of: dict[str, list[tuple[str, str]]],
+                  measured: Mapping[str, float]):
+    """Sana: the optimizer decides which equivalent tasks to share and where new ones run.
+
+    A task whose signature runs and is measured gets the measured rate (the same computation gives the
+    same stream); the others are estimated from their inputs.
+    """
     wan = state.wan
+    known = measured_by_signature(state, measured)
     first: dict[str, str] = {}
     query: list[QueryTask] = []
     rates: dict[str, float] = {}
@@ -269,10 +279,11 @@ def _share_by_wan(state: State, flow: Dataflow, parents_of: dict[str, list[tuple
         first[signature] = task_id
         task = flow.tasks[task_id]
         inputs = tuple(sorted((port, first[flow.signatures[parent]]) for port, parent in parents_of.get(task_id, [])))
-        rates[task_id] = estimate_rate(task.type, task.config, [rates[parent] for _, parent in inputs], wan)
+        rates[task_id] = known.get(signature, estimate_rate(task.type, task.config, [rates[parent] for _, parent in inputs], wan))
         query.append(QueryTask(task_id, signature, task.type, inputs, rates[task_id], _pinned_site(flow, task_id, wan)))
     forced = _forced_by_running_sinks(state, query)
-    plan = plan_query(query, RunningSet(state), WanMonitor(wan, state.link_load), SANA, forced)
+    monitor = WanMonitor(wan, link_loads_in_use(state, measured) if measured else state.link_load)
+    plan = plan_query(query, RunningSet(state, rates_in_use(state, measured)), monitor, SANA, forced)
     task_map: dict[str, str] = {}
     created_specs: dict[str, TaskSpec] = {}
     placement: dict[str, dict[str, Any]] = {}

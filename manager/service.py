@@ -29,6 +29,7 @@ from manager.exceptions import DataflowNotFound, DeployFailed, LimitExceeded, Se
 from manager.model import Dataflow
 from manager.state import State, SubmittedDataflow
 from manager.store import StaleState, Store
+from manager.traffic import link_loads_in_use, measured_mbps
 from manager.validate import parse_dataflow
 from runtime.base import Runtime
 from runtime.exceptions import RuntimeFailure
@@ -217,7 +218,7 @@ class Manager:
         with self._guard(), self._changing, self._mutex, self.store.lock():
             self._sync()
             self.limits.check_owner(self.state, flow.owner)
-            plan = merge.plan_merge(self.state, flow, self.clock(), sharing=self.sharing)
+            plan = merge.plan_merge(self.state, flow, self.clock(), sharing=self.sharing, measured=self._measured())
             self.limits.check_service(self.state, plan.new_tasks)
             version = self._deploy_and_commit("merge", plan.change, lambda: self.store.commit_merge(plan, self.state),
                                               plan.dataflow.id)
@@ -290,24 +291,45 @@ class Manager:
         return document
 
     def wan_links(self) -> dict[str, Any]:
-        """Every link: capacity, latency, the load of the running streams crossing it, and those streams."""
+        """Every link: capacity, latency, the load of the running streams crossing it, and those streams.
+
+        A stream's rate is what the runtime measured it writing when it did (``measured_mbps``), else the
+        configured estimate (``rate_mbps``); a link's ``basis`` says which its load is made of
+        (``measured``, ``estimated`` or ``mixed``), and ``estimated_load_mbps`` keeps the estimate beside it.
+        """
         state = self.snapshot()
         if state.wan is None:
             raise WanNotConfigured("no WAN configuration: no link is modelled")
+        measured = self._measured()
         streams: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for producer, sites in state.arrivals.items():
             source_site = state.tasks[producer].site
             for site, consumers in sites.items():
+                rate = measured.get(producer)
                 streams.setdefault((source_site, site), []).append({
                     "producer": producer,
                     "rate_mbps": round(state.rates.get(producer, 0.0), 6),
+                    "measured_mbps": None if rate is None else round(rate, 6),
                     "consumers": sorted(consumers),
                 })
-        rows = WanMonitor(state.wan, state.link_load).report()
+        rows = WanMonitor(state.wan, link_loads_in_use(state, measured)).report()
         for row in rows:
-            row["streams"] = sorted(streams.get((row["from"], row["to"]), []), key=lambda item: item["producer"])
+            crossing = sorted(streams.get((row["from"], row["to"]), []), key=lambda item: item["producer"])
+            row["streams"] = crossing
+            row["estimated_load_mbps"] = round(state.link_load.get((row["from"], row["to"]), 0.0), 6)
+            kinds = {stream["measured_mbps"] is not None for stream in crossing}
+            row["basis"] = "mixed" if len(kinds) > 1 else "measured" if kinds == {True} else "estimated"
         total = sum(row["load_mbps"] for row in rows)
-        return {"links": rows, "total_load_mbps": round(total, 6)}
+        bases = {row["basis"] for row in rows if row["streams"]}
+        basis = "mixed" if len(bases) > 1 else bases.pop() if bases else "estimated"
+        return {"links": rows, "total_load_mbps": round(total, 6), "basis": basis}
+
+    def _measured(self) -> dict[str, float]:
+        """Output Mbps the runtime measured per running task (empty without a WAN or a measuring runtime)."""
+        read = getattr(self.runtime, "task_costs", None)
+        if read is None or self.state.wan is None:
+            return {}
+        return measured_mbps(read())
 
     def _deploy_and_commit(self, kind: str, change, commit: Callable[[], int], what: str) -> int:
         self.store.mark_pending({"kind": kind, "dataflow": what, "reason": change.reason,

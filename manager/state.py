@@ -248,11 +248,13 @@ class RunningSet:
 
     Tasks started before a WAN configuration existed have no site; they are
     located where their data is: a source at its topic's configured origin,
-    another task at its first input's site.
+    another task at its first input's site. ``rates`` (task id -> Mbps)
+    replaces the estimates, e.g. with measured rates (:mod:`manager.traffic`).
     """
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, rates: Mapping[str, float] | None = None) -> None:
         self._state = state
+        self._rates = state.rates if rates is None else rates
         self._sites: dict[str, str | None] = {}
 
     def site(self, task_id: str) -> str | None:
@@ -277,7 +279,7 @@ class RunningSet:
     def task(self, task_id: str) -> RunningTask:
         spec = self._state.tasks[task_id]
         return RunningTask(spec.id, spec.signature, spec.type, self.site(task_id) or "", spec.inputs,
-                           self._state.rates.get(task_id, 0.0))
+                           self._rates.get(task_id, 0.0))
 
     def arrivals(self, task_id: str) -> Mapping[str, Iterable[str]]:
         return self._state.arrivals.get(task_id, {})

@@ -403,11 +403,12 @@ function renderWan(answer) {
   const links = [...(answer.body.links || [])].sort((a, b) => (b.utilization || 0) - (a.utilization || 0));
   box.append(el("div", {}, `sites: ${(answer.body.sites || []).map((s) => s.name || s).join(", ")}`));
   const busy = links.filter((link) => (link.load_mbps || 0) > 0);
-  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["link", "Mbps", "load", "used", "streams"].map((h) => el("th", {}, h)))));
+  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["link", "Mbps", "load", "used", "basis", "streams"].map((h) => el("th", {}, h)))));
   const body = el("tbody");
   for (const link of busy) {
     body.append(el("tr", { "data-link": `${link.from}>${link.to}` }, el("td", {}, `${link.from} → ${link.to}`), el("td", {}, link.bandwidth_mbps),
       el("td", {}, round(link.load_mbps, 2)), el("td", {}, `${Math.round(100 * (link.utilization || 0))}%`),
+      el("td", { class: "basis", title: `estimated: ${round(link.estimated_load_mbps || 0, 2)} Mbps` }, link.basis || "estimated"),
       el("td", { title: (link.streams || []).map((s) => s.producer).join("\n") }, (link.streams || []).length)));
   }
   table.append(body);

@@ -92,6 +92,17 @@ def test_wan_panel_shows_sites_and_links(page):
     assert answer.ok, answer.text()
     expect(page.locator("#wan-body")).to_contain_text("sites: virginia, california")
     expect(page.locator("#wan-body")).to_contain_text("link(s) carry nothing")
+    # a filter of Ohio's stream with its results at Virginia: the raw stream crosses ohio -> virginia
+    flow = {"name": "ohio-hot", "tasks": [
+        {"id": "src", "type": "source", "config": {"topic": "urban", "schema": {"sensor": "string", "temp": "double"}}},
+        {"id": "hot", "type": "filter", "config": {"expr": "temp > 30"}},
+        {"id": "out", "type": "sink", "site": "virginia", "config": {"topic": "ohio-hot"}}],
+        "streams": [{"from": "src", "to": "hot"}, {"from": "hot", "to": "out"}]}
+    _submit(page, flow)
+    expect(page.locator("#submit-result")).to_contain_text("Submitted df-1")
+    row = page.locator('#wan-body tr[data-link="ohio>virginia"]')
+    expect(row).to_contain_text("16")  # the configured estimate: nothing runs, nothing is measured
+    expect(row.locator("td.basis")).to_have_text("estimated")
     expect(page.locator("#fragment-body")).to_contain_text("Dry run: nothing runs on Spark")
     expect(page.locator("#skew-body")).to_contain_text("No keyed operator runs on Spark.")
 

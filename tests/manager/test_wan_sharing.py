@@ -81,7 +81,9 @@ def test_a_share_the_link_cannot_carry_is_refused_and_explained(manager, redis_c
     links = {(row["from"], row["to"]): row for row in manager.wan_links()["links"]}
     assert links[("src", "P")]["load_mbps"] == 16.0 and links[("src", "H2")]["load_mbps"] == 16.0
     assert links[("P", "H2")]["load_mbps"] == 0.0
-    assert links[("src", "H2")]["streams"] == [{"producer": first.tasks["src"], "rate_mbps": 16.0, "consumers": [second.tasks["hot"]]}]
+    assert links[("src", "H2")]["streams"] == [{"producer": first.tasks["src"], "rate_mbps": 16.0, "measured_mbps": None,
+                                                "consumers": [second.tasks["hot"]]}]
+    assert links[("src", "H2")]["basis"] == "estimated" and manager.wan_links()["basis"] == "estimated"
     check_wan_state(state, {first.id: hot("a", "P", "one"), second.id: hot("b", "H2", "two")})
     # A restarted manager sees the same tasks, reasons and loads.
     again = Manager(redis_client, state_prefix, DryRunRuntime(redis_client, state_prefix))
@@ -117,6 +119,58 @@ def test_a_refusal_that_would_press_the_wan_harder_is_overruled_and_reported(man
         ("IN-OP", {"from": "P", "to": "H2"}, 8.0, 4.0), ("IN", {"from": "P", "to": "H2"}, 8.0, 4.0)]
     assert second.to_dict()["placement"]["hot"]["overruled"] == overruled
     check_wan_state(manager.state, {first.id: hot("a", "P", "one"), second.id: hot("b", "H2", "two")})
+
+
+class MeasuringRuntime(DryRunRuntime):
+    """The dry-run runtime with a cost window, as the Spark runtime measures it: bytes/s each task wrote."""
+
+    written: dict[str, float] = {}
+
+    def task_costs(self) -> dict:
+        return {"measured": True, "window_s": 30.0,
+                "tasks": {task_id: {"kafka_bytes_per_s": rate} for task_id, rate in self.written.items()}}
+
+
+def test_measured_traffic_replaces_the_estimates_in_the_links_and_in_the_decisions(redis_client, state_prefix):
+    """The filter is estimated at 8 Mbps (P -> H2 has 5 spare: refused), but the runtime measures it writing
+    2 Mbps towards H3: a query wanting it at H2 shares it, and /wan/links shows the measured load."""
+    three = json.loads(json.dumps(WAN))
+    three["sites"].append("H3")
+    three["links"] += [{"from": "src", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 30},
+                       {"from": "P", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20},
+                       {"from": "H2", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20}]
+    first_document = hot("a", "H3", "one")
+    first_document["tasks"][1]["site"] = "P"
+    for prefix, written in ((f"{state_prefix}:control", {}), (state_prefix, None)):
+        runtime = MeasuringRuntime(redis_client, prefix)
+        runtime.written = {}
+        made = Manager(redis_client, prefix, runtime)
+        made.start()
+        made.set_wan(three)
+        first = made.submit(first_document)
+        assert first.sites == {"src": "src", "hot": "P", "out": "H3"}
+        if written is not None:  # the control: with estimates only, the share is refused
+            control = made.submit(hot("b", "H2", "two"))
+            assert control.reused == ["src"] and control.not_shared[0]["needed_mbps"] == 8.0
+            for key in redis_client.scan_iter(f"{prefix}:*"):
+                redis_client.delete(key)
+    estimated = {(row["from"], row["to"]): row for row in made.wan_links()["links"]}
+    assert estimated[("P", "H3")]["load_mbps"] == 8.0 and estimated[("P", "H3")]["basis"] == "estimated"
+
+    runtime.written = {first.tasks["hot"]: 250_000.0}  # 2 Mbps (value bytes per second)
+    links = made.wan_links()
+    measured = {(row["from"], row["to"]): row for row in links["links"]}
+    assert measured[("P", "H3")]["load_mbps"] == 2.0 and measured[("P", "H3")]["estimated_load_mbps"] == 8.0
+    assert measured[("P", "H3")]["basis"] == "measured" and measured[("src", "P")]["basis"] == "estimated"
+    assert measured[("P", "H3")]["streams"][0]["measured_mbps"] == 2.0 and links["basis"] == "mixed"
+
+    second = made.submit(hot("b", "H2", "two"))
+    assert second.reused == ["src", "hot"] and second.not_shared == []
+    assert second.placement["hot"]["rule"] == "IN-OP"
+    runtime.written = {}
+    third = made.submit(hot("c", "H2", "three"))  # nothing measured: the estimate stands, P -> H2 cannot take 8
+    assert third.reused == ["src", "hot"], "the running filter already reaches H2, so it is shared anyway"
+    check_wan_state(made.state, {first.id: first_document, second.id: hot("b", "H2", "two"), third.id: hot("c", "H2", "three")})
 
 
 def test_with_bandwidth_to_spare_every_equivalent_task_is_shared(manager):
