@@ -35,7 +35,7 @@ from runtime.base import Runtime
 from runtime.exceptions import RuntimeFailure
 from runtime.plan import TaskSpec
 from sana.failpoints import fail_point
-from wan_sim.exceptions import WanNotConfigured
+from wan_sim.exceptions import WanConfigInvalid, WanNotConfigured
 from wan_sim.monitor import WanMonitor
 from wan_sim.topology import WanConfig, load_wan_config, parse_wan_config
 
@@ -273,6 +273,10 @@ class Manager:
         return wan
 
     def _commit_wan(self, wan: WanConfig | None) -> None:
+        if wan is not None and wan.replace_above is not None:
+            raise WanConfigInvalid("replacement: re-placement runs in the WAN simulator only; the service cannot move "
+                                   "running tasks yet (docs/wan.md, \"Re-placement when a link degrades\")",
+                                   culprit={"field": "replacement"})
         version = self.store.commit_wan(wan, self.state)
         self.state.set_wan(wan)
         self.state.version = version

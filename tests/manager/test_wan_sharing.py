@@ -193,6 +193,14 @@ def test_an_identical_dataflow_reuses_the_running_sink_whatever_the_bandwidth(ma
     assert result.created == [] and result.not_shared == []
 
 
+def test_the_service_refuses_a_replacement_setting_it_cannot_act_on(manager):
+    with pytest.raises(WanConfigInvalid, match="replacement: re-placement runs in the WAN simulator only") as caught:
+        manager.set_wan({**WAN, "replacement": {"utilization": 0.9}})
+    assert caught.value.culprit == {"field": "replacement"}
+    with pytest.raises(WanNotConfigured):
+        manager.wan()  # nothing changed
+
+
 def test_wan_errors_name_the_culprit(manager):
     with pytest.raises(WanConfigInvalid, match=r"links\[0\]\.to: unknown site 'Q'"):
         manager.set_wan({"sites": ["P"], "links": [{"from": "P", "to": "Q", "bandwidth_mbps": 1, "latency_ms": 1}]})
