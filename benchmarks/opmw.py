@@ -289,6 +289,31 @@ def _body(doc: _Doc, rng: random.Random, domain: int, chain: list[str], budget: 
         doc.sink(head)
 
 
+def record_maker(topic: str, seed: int):
+    """``make(i, at)``: the ``i``-th record of an ``opmw-<domain>`` source topic with event time ``at`` (seeded).
+
+    Values are uniform in [0, 100), so ``value % 1`` (what the filters test and the pi terms offset by) is
+    uniform in [0, 1).
+
+    >>> from datetime import datetime, timezone
+    >>> first = record_maker("opmw-text", 1)(0, datetime(2026, 1, 1, tzinfo=timezone.utc))
+    >>> sorted(first) == sorted(SOURCE_SCHEMA), first["station"].startswith("text-")
+    (True, True)
+    """
+    from runtime.workload import iso
+
+    domain = topic.removeprefix("opmw-")
+    if topic != source_topic(domain) or domain not in dict(DOMAINS):
+        raise ValueError(f"{topic!r} is not an OPMW source topic ({', '.join(source_topic(name) for name, _ in DOMAINS)})")
+    rng = random.Random(seed)
+
+    def make(i: int, at) -> dict[str, Any]:
+        return {"msgid": f"{domain}-{i}", "station": f"{domain}-{rng.randrange(20):02d}",
+                "value": round(rng.uniform(0.0, 100.0), 4), "ts": iso(at)}
+
+    return make
+
+
 def opmw_workload(seed: int = 0) -> list[dict[str, Any]]:
     """The ``WORKFLOWS`` documents of workload ``seed``."""
     return [opmw_dataflow(number, seed) for number in range(WORKFLOWS)]

@@ -281,7 +281,7 @@ def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, 
 
 # -- the report ---------------------------------------------------------------------------------
 
-WORKLOADS = {"riot": "RIoT,", "riot-paper": "RIoT (the paper's construction),"}
+WORKLOADS = {"riot": "RIoT,", "riot-paper": "RIoT (the paper's construction),", "opmw": "OPMW,"}
 
 
 def markers(kind: str, trace: str, workload: str = "riot") -> tuple[str, str]:
@@ -434,6 +434,7 @@ def _commit() -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
+    from benchmarks import opmw
     from benchmarks.reuse import TRACES, workloads
     from benchmarks.riot_records import record_maker
 
@@ -476,11 +477,12 @@ def main(argv: list[str] | None = None) -> int:
         results["runs"][mode] = run
         out.write_text(json.dumps(results, indent=1))
 
+    records = opmw.record_maker if args.workload == "opmw" else record_maker
     for mode in args.modes.split(","):
         run_dir = args.run_dir / mode
         shutil.rmtree(run_dir, ignore_errors=True)
         save(mode, run_trace(documents, steps, sharing=mode == "reuse", run_dir=run_dir, redis_url=args.redis_url,
-                             records=record_maker, rate=args.rate, settle_s=args.settle, measure_s=args.measure,
+                             records=records, rate=args.rate, settle_s=args.settle, measure_s=args.measure,
                              master=args.master, trigger_s=args.trigger, keyed_workers=args.keyed_workers,
                              label=f"{args.workload} {args.trace} {mode}",
                              checkpoint=lambda partial, mode=mode: save(mode, partial)))
