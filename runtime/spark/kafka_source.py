@@ -107,11 +107,7 @@ class _WorkerProducer:
 
     def drop(self) -> None:
         producer, self.producer, self.last_write = self.producer, None, {}
-        if producer is not None:
-            try:
-                producer.close(timeout=1)
-            except Exception:  # a broken producer is dropped whatever it says
-                pass
+        _close_quietly(producer, timeout=1)
 
     def reap(self) -> None:
         """Drop the producer if it is stale and no task is writing through it."""
@@ -138,13 +134,16 @@ def _worker_producer(bootstrap: str) -> _WorkerProducer:
         return _PRODUCERS.setdefault(bootstrap, _WorkerProducer(bootstrap))
 
 
-def _drop_client(cache: dict, bootstrap: str) -> None:
-    client = cache.pop(bootstrap, None)
+def _close_quietly(client, **options) -> None:
     if client is not None:
         try:
-            client.close()
+            client.close(**options)
         except Exception:  # a broken client is dropped whatever it says
             pass
+
+
+def _drop_client(cache: dict, bootstrap: str) -> None:
+    _close_quietly(cache.pop(bootstrap, None))
 
 
 @dataclass(frozen=True)
