@@ -101,7 +101,7 @@ def replacement_over_time() -> tuple[str, dict[str, list[tuple[float, float]]]]:
         series[label].append((last.end_s, last.result.throughput_rps))  # where the step plot ends
         moved[label] = sum(len(tasks) for event in result.replacements for tasks in event["moved"].values())
     times = [time for time, _ in series["sana"][:-1] if time >= 100]
-    rows = [[f"{time:g}"] + [f"{dict(points).get(time, _at(points, time)):.0f}" for points in series.values()] for time in times]
+    rows = [[f"{time:g}"] + [f"{_at(points, time):.0f}" for points in series.values()] for time in times]
     text = table(["time (s)", *series], rows)
     text += "\n\n" + table(["run", "tasks moved or un-shared"], [[label, count] for label, count in moved.items()])
     return text, series

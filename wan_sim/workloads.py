@@ -140,11 +140,20 @@ def fourteen_site_wan(seed: int = 7, bandwidth_scale: float = 1.0,
                           "latency_ms": rtt / 2})
     if thin_egress is not None:
         site, factor = thin_egress
-        links += [{"from": site, "to": link["to"] if link["from"] == site else link["from"],
-                   "bandwidth_mbps": round(link["bandwidth_mbps"] * factor, 2), "latency_ms": link["latency_ms"], "directed": True}
-                  for link in list(links) if site in (link["from"], link["to"])
-                  and (link["to"] if link["from"] == site else link["from"]) in COMPUTE]
+        links += [{"from": site, "to": other, "bandwidth_mbps": round(link["bandwidth_mbps"] * factor, 2),
+                   "latency_ms": link["latency_ms"], "directed": True} for other, link in _egress(links, site)]
     return {"sites": [*COMPUTE, *({"name": origin, "compute": False} for origin in ORIGINS)], "links": links}
+
+
+def _egress(links: list[dict[str, Any]], site: str) -> list[tuple[str, dict[str, Any]]]:
+    """(other compute site, link) for every two-way link between ``site`` and another compute site."""
+    found = []
+    for link in links:
+        if site in (link["from"], link["to"]) and not link.get("directed"):
+            other = link["to"] if link["from"] == site else link["from"]
+            if other in COMPUTE:
+                found.append((other, link))
+    return found
 
 
 def _query(name: str, category: str, home: str, variant: int, streams: list[str], at_s: float, window_s: int) -> dict[str, Any]:
@@ -222,12 +231,8 @@ def degrading_scenario(queries: int = 12, bandwidth_scale: float = 0.3, site: st
     (7, {'utilization': 0.95, 'check_every_s': 10}, 250.0)
     """
     scenario = fourteen_site_scenario(queries, bandwidth_scale=bandwidth_scale, seed=seed)
-    changes = []
-    for link in scenario["wan"]["links"]:
-        if site in (link["from"], link["to"]):
-            other = link["to"] if link["from"] == site else link["from"]
-            if other in COMPUTE:
-                changes.append({"at_s": at_s, "from": site, "to": other, "bandwidth_mbps": round(link["bandwidth_mbps"] * factor, 2)})
+    changes = [{"at_s": at_s, "from": site, "to": other, "bandwidth_mbps": round(link["bandwidth_mbps"] * factor, 2)}
+               for other, link in _egress(scenario["wan"]["links"], site)]
     scenario["name"] = f"fourteen-sites-{queries}q-{site}-degrades"
     scenario["bandwidth_changes"] = changes
     scenario["duration_s"] = at_s + 125.0
