@@ -6,11 +6,15 @@ Planning is pure: :func:`plan_merge` and :func:`plan_unmerge` read a
 manager runs the plan on the runtime between the two, so a failed deployment
 leaves the state untouched.
 
-Without a WAN configuration every task is looked up by signature and shared
-when an equivalent task runs (the optimum). With one, the optimizer decides
-(Sana's Algorithms 1 and 2, :func:`optimizer.planner.plan_query`): a share the
-WAN cannot carry is refused, and the submitted task gets a running instance
-of its own at another site, recorded with the reason.
+A submit runs in stages, each taking a value and returning one: the reuse
+plan (:func:`manager.reuse.plan_reuse`); with a WAN configuration, the
+shares Algorithm 1 admits (:func:`optimizer.planner.admit_shares`); the
+placement, names and fragments of the new tasks (:mod:`scheduler.assignment`,
+Algorithm 2 with a WAN configuration, locality without). Without a WAN
+configuration every task is looked up by signature and shared when an
+equivalent task runs (the optimum). With one, a share the WAN cannot carry
+is refused, and the submitted task gets a running instance of its own at
+another site, recorded with the reason.
 """
 
 from __future__ import annotations
@@ -23,14 +27,13 @@ from typing import Any
 
 from manager.exceptions import SinkTopicTaken
 from manager.model import Dataflow
+from manager.reuse import plan_reuse
 from manager.state import RunningSet, State, SubmittedDataflow
-from manager.traffic import link_loads_in_use, measured_by_signature, rates_in_use
-from optimizer.model import SANA, QueryTask
-from optimizer.planner import plan_query
-from optimizer.rates import estimate_rate
+from manager.traffic import link_loads_in_use, rates_in_use
+from optimizer.model import SANA, QueryPlan
+from optimizer.planner import admit_shares
 from runtime.plan import Change, TaskSpec
-from scheduler.fragments import assign_fragments, default_site
-from wan_sim.exceptions import WanSiteUnknown
+from scheduler.assignment import assign_by_locality, assign_by_wan
 from wan_sim.monitor import WanMonitor
 
 
@@ -85,41 +88,6 @@ class UnmergePlan:
         return Change(stop=self.terminated, reason=f"remove {self.dataflow.id} ({self.dataflow.name})")
 
 
-def running_task_id(task_type: str, signature: str, *taken: dict[str, TaskSpec]) -> str:
-    """A readable, content-derived id: ``<type>-<first 16 hex of the signature>``.
-
-    Longer when another signature already holds that id in one of ``taken``.
-    """
-    length = 16
-    while True:
-        candidate = f"{task_type}-{signature[:length]}"
-        existing = next((ids[candidate] for ids in taken if candidate in ids), None)
-        if existing is None or existing.signature == signature:
-            return candidate
-        length += 8
-
-
-def new_task_id(task_type: str, signature: str, site: str | None, *taken: dict[str, TaskSpec]) -> str:
-    """An id for a new running task that no running or planned task holds.
-
-    The content-derived id of :func:`running_task_id`; when another instance
-    of the same signature holds it (a share refused for bandwidth), the site
-    is appended, then a counter.
-    """
-    base = running_task_id(task_type, signature, *taken)
-    candidate, number = base, 2
-    while any(candidate in ids for ids in taken):
-        candidate = f"{base}-{site or 'nosite'}" if number == 2 else f"{base}-{site or 'nosite'}-{number - 1}"
-        number += 1
-    return candidate
-
-
-def find_instance(state: State, signature: str, inputs: tuple[tuple[str, str], ...]) -> str | None:
-    """The running task with ``signature`` that reads exactly ``inputs`` (the smallest id if several)."""
-    found = [task_id for task_id in state.instances.get(signature, ()) if state.tasks[task_id].inputs == inputs]
-    return min(found) if found else None
-
-
 def isolated(flow: Dataflow, salt: str) -> Dataflow:
     """``flow`` with every signature salted, so that no running task can serve it.
 
@@ -164,34 +132,26 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
     """
     if not sharing:
         flow = isolated(flow, f"df-{state.next_dataflow}")
-    parents_of: dict[str, list[tuple[str, str]]] = {}
-    for stream in flow.streams:
-        parents_of.setdefault(stream.dst, []).append((stream.port, stream.src))
+    reuse = plan_reuse(state, flow, measured)
     if state.wan is None:
-        task_map, created_specs = _share_everything(state, flow, parents_of)
-        placement: dict[str, dict[str, Any]] = {}
-        not_shared: list[dict[str, Any]] = []
-        notes: dict[str, list[dict[str, Any]]] = {}
+        assignment = assign_by_locality(reuse.query, reuse.reused, state.tasks)
     else:
-        task_map, created_specs, placement, not_shared, notes = _share_by_wan(state, flow, parents_of, measured or {})
-
-    def site_of(task_id: str) -> str | None:
-        spec = created_specs.get(task_id) or state.tasks[task_id]
-        return spec.site
-
+        monitor = WanMonitor(state.wan, link_loads_in_use(state, measured) if measured else state.link_load)
+        running = RunningSet(state, rates_in_use(state, measured or {}))
+        admissions = admit_shares(reuse.query, running, monitor, SANA, reuse.forced, reuse.configs)
+        assignment = assign_by_wan(admissions, running, monitor, state.tasks)
+    task_map = {task_id: assignment.running[reuse.vertex_of[task_id]] for task_id in flow.order}
+    new_tasks: list[TaskSpec] = []
+    for new in assignment.new:
+        task = flow.tasks[new.vertex]
+        spec = TaskSpec(new.id, new.signature, task.type, task.config, new.site, new.inputs, new.fragment, flow.schemas[new.vertex])
+        if task.type == "sink":
+            _check_topic_free(state, new.vertex, spec, flow.owner, any_writer=state.wan is not None)
+        new_tasks.append(spec)
+    new_tasks = tuple(new_tasks)
+    placement, not_shared, notes = _wan_report(assignment.plan, assignment.running) if assignment.plan else ({}, [], {})
     reused = tuple(task_id for task_id in flow.order if task_map[task_id] in state.tasks)
     created = tuple(task_id for task_id in flow.order if task_map[task_id] not in state.tasks)
-    fragment_keys = (
-        {task_id: spec.signature for task_id, spec in created_specs.items()} if state.wan is None
-        else {task_id: f"{spec.signature}:{task_id}" for task_id, spec in created_specs.items()}
-    )
-    fragments = assign_fragments(
-        list(created_specs),
-        {task_id: [parent for _, parent in spec.inputs] for task_id, spec in created_specs.items()},
-        {task_id: site_of(task_id) for spec in created_specs.values() for task_id in [spec.id, *(p for _, p in spec.inputs)]},
-        fragment_keys,
-    )
-    new_tasks = tuple(_with_fragment(spec, fragments[task_id]) for task_id, spec in created_specs.items())
     boundary = tuple(
         (parent, spec.id, port) for spec in new_tasks for port, parent in spec.inputs if parent in state.tasks
     )
@@ -231,156 +191,25 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
     )
 
 
-def _share_everything(
-    state: State, flow: Dataflow, parents_of: dict[str, list[tuple[str, str]]]
-) -> tuple[dict[str, str], dict[str, TaskSpec]]:
-    """The manager's optimum: every task served by an equivalent running task when there is one."""
-    task_map: dict[str, str] = {}
-    created_specs: dict[str, TaskSpec] = {}
-    created_by_signature: dict[str, str] = {}
-
-    def site_of(task_id: str) -> str | None:
-        spec = created_specs.get(task_id) or state.tasks[task_id]
-        return spec.site
-
-    for task_id in flow.order:
-        signature = flow.signatures[task_id]
-        inputs = tuple(sorted((port, task_map[parent]) for port, parent in parents_of.get(task_id, [])))
-        running = find_instance(state, signature, inputs) or created_by_signature.get(signature)
-        if running is None:
-            task = flow.tasks[task_id]
-            site = task.site if task.type == "source" else default_site(task.site, [site_of(p) for _, p in inputs])
-            running = new_task_id(task.type, signature, site, state.tasks, created_specs)
-            spec = TaskSpec(running, signature, task.type, task.config, site, inputs, "", flow.schemas[task_id])
-            created_specs[running] = spec
-            created_by_signature[signature] = running
-            if task.type == "sink":
-                _check_topic_free(state, task_id, spec, flow.owner)
-        task_map[task_id] = running
-    return task_map, created_specs
-
-
-def _share_by_wan(state: State, flow: Dataflow, parents_of: dict[str, list[tuple[str, str]]],
-                  measured: Mapping[str, float]):
-    """Sana: the optimizer decides which equivalent tasks to share and where new ones run.
-
-    A task whose signature runs and is measured gets the measured rate (the same computation gives the
-    same stream); the others are estimated from their inputs.
-    """
-    wan = state.wan
-    known = measured_by_signature(state, measured)
-    first: dict[str, str] = {}
-    query: list[QueryTask] = []
-    rates: dict[str, float] = {}
-    for task_id in flow.order:
-        signature = flow.signatures[task_id]
-        if signature in first:
-            continue
-        first[signature] = task_id
-        task = flow.tasks[task_id]
-        inputs = tuple(sorted((port, first[flow.signatures[parent]]) for port, parent in parents_of.get(task_id, [])))
-        rates[task_id] = known.get(signature, estimate_rate(task.type, task.config, [rates[parent] for _, parent in inputs], wan))
-        query.append(QueryTask(task_id, signature, task.type, inputs, rates[task_id], _pinned_site(flow, task_id, wan)))
-    forced = _forced_by_running_sinks(state, query)
-    monitor = WanMonitor(wan, link_loads_in_use(state, measured) if measured else state.link_load)
-    plan = plan_query(query, RunningSet(state, rates_in_use(state, measured)), monitor, SANA, forced)
-    task_map: dict[str, str] = {}
-    created_specs: dict[str, TaskSpec] = {}
+def _wan_report(plan: QueryPlan, running: dict[str, str]):
+    """Per vertex its placement decision; the IN-OP shares refused for bandwidth, for the API and as notes on the
+    tasks they made start; the refusals overruled because refusing would have pressed the WAN harder."""
     placement: dict[str, dict[str, Any]] = {}
     not_shared: list[dict[str, Any]] = []
     notes: dict[str, list[dict[str, Any]]] = {}
-    by_id = {item.id: item for item in query}
-    for item in query:
-        decision = plan.decisions[item.id]
-        task = flow.tasks[item.id]
-        if decision.action == "reuse":
-            running = decision.running
-        else:
-            running = new_task_id(task.type, item.signature, decision.site, state.tasks, created_specs)
-            inputs = tuple(sorted((port, task_map[parent]) for port, parent in by_id[item.id].inputs))
-            spec = TaskSpec(running, item.signature, task.type, task.config, decision.site, inputs, "", flow.schemas[item.id])
-            created_specs[running] = spec
-            if task.type == "sink":
-                _check_topic_free(state, item.id, spec, flow.owner, any_writer=True)
-            refused = [refusal for refusal in decision.refused if refusal.kind == "IN-OP"]
-            if refused:
-                notes[running] = [refusal.to_dict() for refusal in refused]
-                for refusal in refused:
-                    not_shared.append({
-                        "task": item.id,
-                        "running_task": running,
-                        "site": decision.site,
-                        "equivalent": refusal.candidate,
-                        "equivalent_site": refusal.site,
-                        "link": {"from": refusal.link[0], "to": refusal.link[1]},
-                        "needed_mbps": round(refusal.needed_mbps, 6),
-                        "available_mbps": round(refusal.available_mbps, 6) if refusal.available_mbps > -1e300 else None,
-                        "reason": refusal.reason,
-                    })
-        task_map[item.id] = running
-        placement[item.id] = {"running_task": running, **decision.to_dict()}
-    for task_id, refusal in plan.overruled:  # refusals that would have pressed the WAN harder than sharing
-        placement[task_id].setdefault("overruled", []).append(refusal.to_dict())
-    for task_id in flow.order:
-        task_map[task_id] = task_map[first[flow.signatures[task_id]]]
-    return task_map, created_specs, placement, not_shared, notes
-
-
-def _pinned_site(flow: Dataflow, task_id: str, wan) -> str | None:
-    """Where a task must run: a source at its origin, a sink at its configured site, any declared site."""
-    task = flow.tasks[task_id]
-    site = task.site
-    if task.type == "source" and site is None:
-        origin = wan.source_origin(str(task.config.get("topic")))
-        site = origin.site if origin else None
-        if site is None:
-            raise WanSiteUnknown(
-                f"source {task_id!r} reads topic {task.config.get('topic')!r}, whose site is unknown: declare its site "
-                f"or add the topic to the WAN configuration's sources",
-                culprit={"task": task_id, "field": "site"},
-            )
-    if task.type == "sink" and site is None:
-        site = wan.sinks.get(str(task.config.get("topic")))
-    if site is not None and not wan.has_site(site):
-        raise WanSiteUnknown(
-            f"task {task_id!r} names site {site!r}, which the WAN configuration does not have "
-            f"(sites: {', '.join(wan.site_names)})",
-            culprit={"task": task_id, "field": "site"},
-        )
-    if site is not None and task.type not in ("source", "sink") and not wan.can_compute(site):
-        raise WanSiteUnknown(f"task {task_id!r} ({task.type}) is placed at {site!r}, where nothing can compute",
-                             culprit={"task": task_id, "field": "site"})
-    return site
-
-
-def _forced_by_running_sinks(state: State, query: list[QueryTask]) -> dict[str, str]:
-    """Query tasks that must reuse the ancestors of an equivalent running sink.
-
-    That sink's output exists already; planning the query's copy elsewhere
-    would make a second writer of the same topic.
-    """
-    by_id = {item.id: item for item in query}
-    forced: dict[str, str] = {}
-
-    def force(task_id: str, running: str) -> None:
-        if task_id in forced:
-            return
-        forced[task_id] = running
-        spec = state.tasks[running]
-        for port, parent in by_id[task_id].inputs:
-            wanted = by_id[parent].signature
-            match = next((rid for rport, rid in spec.inputs if rport == port and state.tasks[rid].signature == wanted), None)
-            if match is not None:
-                force(parent, match)
-
-    for item in query:
-        if item.type == "sink" and state.instances.get(item.signature):
-            force(item.id, min(state.instances[item.signature]))
-    return forced
-
-
-def _with_fragment(spec: TaskSpec, fragment: str) -> TaskSpec:
-    return TaskSpec(spec.id, spec.signature, spec.type, spec.config, spec.site, spec.inputs, fragment, spec.schema)
+    for vertex, decision in plan.decisions.items():
+        task_id = running[vertex]
+        placement[vertex] = {"running_task": task_id, **decision.to_dict()}
+        refused = [refusal for refusal in decision.refused if refusal.kind == "IN-OP"] if decision.action == "create" else []
+        if refused:
+            notes[task_id] = [refusal.to_dict() for refusal in refused]
+        for refusal in notes.get(task_id, ()):
+            not_shared.append({"task": vertex, "running_task": task_id, "site": decision.site,
+                               "equivalent": refusal["candidate"], "equivalent_site": refusal["site"],
+                               **{key: refusal[key] for key in ("link", "needed_mbps", "available_mbps", "reason")}})
+    for vertex, refusal in plan.overruled:
+        placement[vertex].setdefault("overruled", []).append(refusal.to_dict())
+    return placement, not_shared, notes
 
 
 def _check_topic_free(state: State, submitted_id: str, sink: TaskSpec, owner: str | None, any_writer: bool = False) -> None:

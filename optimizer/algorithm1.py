@@ -15,26 +15,15 @@ downstream (those follow their input's site; :meth:`PlanContext._exits`).
 Crossings only the placement of later tasks reveals are guarded by the
 scheduler (a stream of a shared task never oversubscribes a link when
 another site can take its consumer) and by the planner, which refuses a
-share afterwards if one still would (:func:`optimizer.planner.plan_query`).
+share afterwards if one still would (:func:`optimizer.planner.admit_shares`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from optimizer.context import PlanContext
-from optimizer.model import Check, QueryTask, Refusal, RunningTask
-from optimizer.opportunities import InCandidate, Opportunities
+from scheduler.context import PlanContext
+from optimizer.model import Admitted, Check, InCandidate, QueryTask, Refusal, RunningTask
+from optimizer.opportunities import Opportunities
 from wan_sim.monitor import fits
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """The opportunities Algorithm 1 lets the scheduler choose from, and the ones it refused."""
-
-    inop: tuple[tuple[RunningTask, tuple[Check, ...]], ...]
-    in_sites: tuple[tuple[InCandidate, tuple[Check, ...]], ...]
-    refused: tuple[Refusal, ...]
 
 
 def egress_needs(task: QueryTask, site: str, producer_arrivals: set[str], ctx: PlanContext) -> list[tuple[tuple[str, str], float]]:

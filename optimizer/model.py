@@ -5,7 +5,8 @@ parents-first order. The *running set* is read through :class:`RunningView`
 (the manager's state and the simulator's deployment both implement it). The
 answer is a :class:`QueryPlan`: one :class:`Decision` per query task, the WAN
 crossings the plan adds and the refused sharing opportunities with their
-numbers.
+numbers. Between the two stages, Algorithm 1's answer for a vertex is a
+:class:`VertexAdmission` (the scheduler places the vertex from it).
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+#: A producer of a stream while a query is planned: ``(True, running task id)``, or ``(False, query task id)``
+#: for a task the plan creates.
+Ref = tuple[bool, str]
+
+
 @dataclass(frozen=True)
 class QueryTask:
     """A task of the query being planned.
 
     ``inputs`` holds ``(port, query task id)`` pairs; ``rate_mbps`` is the
-    estimated data rate of its output; ``site`` pins it (a source's origin,
+    data rate of its output (measured or estimated; None until the optimizer
+    estimates it, :func:`optimizer.rates.with_rates`); ``site`` pins it (a source's origin,
     a sink's configured site, a declared placement wish), None leaves it to
     the scheduler.
     """
@@ -29,7 +36,7 @@ class QueryTask:
     signature: str
     type: str
     inputs: tuple[tuple[str, str], ...] = ()
-    rate_mbps: float = 0.0
+    rate_mbps: float | None = 0.0
     site: str | None = None
 
 
@@ -75,7 +82,7 @@ class PlanningOptions:
       inputs (else the WAN-unaware default: the first input's site);
     - ``weigh_refusals``: keep Algorithm 1's refusals only when they press
       the WAN less than taking every share would
-      (:func:`optimizer.planner.plan_query`); off, Algorithm 1 as printed.
+      (:func:`optimizer.planner.admit_shares`); off, Algorithm 1 as printed.
     """
 
     share_sources: bool = True
@@ -197,7 +204,7 @@ class QueryPlan:
 
     ``overruled`` holds (query task id, refusal) for the refusals of Algorithm 1
     the planner set aside because refusing would have pressed the WAN harder
-    than sharing (see :func:`optimizer.planner.plan_query`).
+    than sharing (see :func:`optimizer.planner.admit_shares`).
     """
 
     decisions: dict[str, Decision]
@@ -211,3 +218,40 @@ class QueryPlan:
     def refusals(self) -> list[tuple[str, Refusal]]:
         """(query task id, refusal) for every refused opportunity, in task order."""
         return [(task_id, refusal) for task_id, decision in self.decisions.items() for refusal in decision.refused]
+
+
+@dataclass(frozen=True)
+class InCandidate:
+    """Co-location at ``site`` with ``partner``, a consumer there of the ``shared`` inputs.
+
+    ``missing`` are the inputs that would have to cross to ``site``:
+    ``(ref, rate in Mbps, producer site)``.
+    """
+
+    site: str
+    partner: str
+    shared: tuple[Ref, ...]
+    shared_rate: float
+    missing: tuple[tuple[Ref, float, str], ...]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The opportunities Algorithm 1 lets the scheduler choose from, and the ones it refused."""
+
+    inop: tuple[tuple[RunningTask, tuple[Check, ...]], ...]
+    in_sites: tuple[tuple[InCandidate, tuple[Check, ...]], ...]
+    refused: tuple[Refusal, ...]
+
+
+@dataclass(frozen=True)
+class VertexAdmission:
+    """Algorithm 1's answer for one vertex: what it admitted, and the IN-OP candidates it did not.
+
+    ``compared`` is False when early termination skipped the IN-OP comparison
+    (a parent was not shared, so no running task reads this vertex's inputs).
+    """
+
+    admitted: Admitted
+    refused_inop: tuple[RunningTask, ...]
+    compared: bool

@@ -15,23 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizer.context import PlanContext, Ref
-from optimizer.model import QueryTask, RunningTask
-
-
-@dataclass(frozen=True)
-class InCandidate:
-    """Co-location at ``site`` with ``partner``, a consumer there of the ``shared`` inputs.
-
-    ``missing`` are the inputs that would have to cross to ``site``:
-    ``(ref, rate in Mbps, producer site)``.
-    """
-
-    site: str
-    partner: str
-    shared: tuple[Ref, ...]
-    shared_rate: float
-    missing: tuple[tuple[Ref, float, str], ...]
+from optimizer.model import InCandidate, QueryTask, RunningTask
+from scheduler.context import PlanContext
 
 
 @dataclass(frozen=True)

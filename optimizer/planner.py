@@ -1,22 +1,140 @@
-"""Plan a new query against the running set: Algorithm 1 then Algorithm 2, vertex by vertex.
+"""Algorithm 1 over a query: which sharing opportunities to take, given the WAN.
 
-:func:`plan_query` is what the manager calls on a submit (with Sana's
-options) and what the simulator calls for every policy.
+The submit path is staged: the manager's reuse plan gives the query's
+vertices; :func:`admit_shares` (this module) says which shares each vertex
+may take, an :class:`Admissions` value; the scheduler places the query from
+it (:func:`scheduler.placement.place`, Algorithm 2). Re-placement runs the
+same two stages on the running set. :func:`plan_query` is the two stages in
+one call (the simulator and the tests use it).
+
+Admission reads the spare bandwidth after the placement of the vertices
+before it (an admitted share must not count on bandwidth an earlier vertex
+of the same query took), and some overflows only show once the consumers of
+a share are placed; so the optimizer makes trial placements with the
+scheduler while it decides, and hands over what it admitted in the trial it
+kept. Placing from those admissions gives that trial's plan again.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from optimizer.algorithm1 import Admitted, admit
-from optimizer.context import PlanContext
-from optimizer.model import SANA, Decision, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningView
+from optimizer.algorithm1 import admit
+from optimizer.model import SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningView, VertexAdmission
 from optimizer.opportunities import find_opportunities
-from scheduler.exceptions import PlacementImpossible
-from scheduler.placement import schedule
+from optimizer.rates import with_rates
+from scheduler.context import PlanContext
+from scheduler.placement import place
 from wan_sim.monitor import WanMonitor, fits
+
+
+@dataclass(frozen=True)
+class Admissions:
+    """Algorithm 1's decisions for a query: the value the scheduler places it from.
+
+    ``query`` has every rate filled in; ``vertices`` maps each vertex that is
+    neither a source nor forced onto what Algorithm 1 admitted for it;
+    ``options`` are those of the admission kept (without bandwidth checks when
+    the refusals were overruled); ``compared`` / ``skipped`` count IN-OP
+    comparisons made and skipped by early termination.
+    """
+
+    query: tuple[QueryTask, ...]
+    options: PlanningOptions
+    forced: Mapping[str, str] = field(default_factory=dict)
+    vertices: Mapping[str, VertexAdmission] = field(default_factory=dict)
+    compared: int = 0
+    skipped: int = 0
+    overruled: tuple[tuple[str, Refusal], ...] = ()
+
+    def for_vertex(self, task: QueryTask, ctx: PlanContext) -> VertexAdmission:
+        return self.vertices[task.id]
+
+
+class _Trial:
+    """Algorithm 1 run live during a trial placement, recording what it answered."""
+
+    def __init__(self, query: tuple[QueryTask, ...], options: PlanningOptions, forced: Mapping[str, str],
+                 vetoed: Mapping[str, Mapping[str, Refusal]]) -> None:
+        self.query, self.options, self.forced, self.vetoed = query, options, forced, vetoed
+        self.vertices: dict[str, VertexAdmission] = {}
+        self.compared = self.skipped = 0
+        self.overruled: tuple[tuple[str, Refusal], ...] = ()
+
+    def for_vertex(self, task: QueryTask, ctx: PlanContext) -> VertexAdmission:
+        found = find_opportunities(task, ctx)
+        if self.options.share_inop:
+            self.compared += found.compared
+            self.skipped += not found.compared
+        admitted = admit(task, found, ctx)
+        if task.id in self.vetoed:
+            admitted = _veto(admitted, self.vetoed[task.id])
+        admitted_ids = {candidate.id for candidate, _ in admitted.inop}
+        refused_inop = tuple(candidate for candidate in found.inop if candidate.id not in admitted_ids)
+        vertex = VertexAdmission(admitted, refused_inop, found.compared)
+        self.vertices[task.id] = vertex
+        return vertex
+
+    def admissions(self, **changes) -> Admissions:
+        kept = Admissions(self.query, self.options, dict(self.forced), dict(self.vertices), self.compared, self.skipped)
+        return replace(kept, **changes)
+
+
+def admit_shares(
+    query: Sequence[QueryTask],
+    running: RunningView,
+    wan: WanMonitor,
+    options: PlanningOptions = SANA,
+    forced: Mapping[str, str] | None = None,
+    configs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Admissions:
+    """Decide which sharing opportunities each vertex of ``query`` (parents first, de-duplicated) may take.
+
+    A vertex without a rate gets its estimate (:func:`optimizer.rates.with_rates`;
+    ``configs`` holds the task configurations, a source's rate is its topic's).
+    Every vertex but the sources gets its IN-OP and IN opportunities
+    (:mod:`optimizer.opportunities`), and Algorithm 1 admits those the WAN can
+    carry (:mod:`optimizer.algorithm1`).
+
+    Algorithm 1 checks an IN-OP share against the links to the query's
+    pinned destinations. A share can also overflow a link that only the
+    placement of its consumers reveals (a consumer joining it with a stream
+    from another site); the share is then refused, its reason naming the
+    link, and the query placed again. Each round refuses one more share, so
+    this ends after at most as many rounds as the query has tasks.
+
+    Algorithm 1 refuses a share to avoid contention. Not sharing means a
+    copy of the vertex, whose inputs must then reach another site; where
+    bandwidth is scarce everywhere those inputs (raw streams, larger than the
+    shared output) contend too, and the refusal adds load instead of taking
+    it off. So when Algorithm 1 refused something, taking every share is
+    tried as well, and the refusals are kept only if they press the WAN no
+    harder (:func:`pressure`: the highest utilization of a link the plan
+    adds to, then the Mbps it adds beyond spare bandwidth); otherwise every
+    share is admitted and the refusals are reported as ``overruled``
+    (``PlanningOptions.weigh_refusals``; docs/wan.md, "Why Sana lost to
+    Max-Share").
+
+    ``forced`` maps query tasks onto running tasks they must reuse whatever
+    the bandwidth (the manager forces the ancestors of a sink that already
+    runs: its output exists, and a second writer of its topic would
+    duplicate it).
+
+    Raises :class:`~scheduler.exceptions.PlacementImpossible` when a trial
+    placement cannot place a task.
+    """
+    query = with_rates(query, wan.config, configs)
+    forced = dict(forced or {})
+    trial, plan = _admit_checked(query, running, wan, options, forced)
+    if not (options.bandwidth_checks and options.weigh_refusals and plan.refusals):
+        return trial.admissions()
+    sharing_trial, sharing = _try(query, running, wan, replace(options, bandwidth_checks=False), {}, forced)
+    if pressure(sharing, wan) < pressure(plan, wan):
+        return sharing_trial.admissions(compared=trial.compared, skipped=trial.skipped, overruled=tuple(plan.refusals))
+    return trial.admissions()
 
 
 def plan_query(
@@ -26,38 +144,8 @@ def plan_query(
     options: PlanningOptions = SANA,
     forced: Mapping[str, str] | None = None,
 ) -> QueryPlan:
-    """Decide, for every task of ``query`` (parents first, de-duplicated), whether to reuse or create it, and where.
-
-    Sources are pinned at their origin and read through the running source
-    task when there is one (``share_sources``). Every other vertex gets its
-    IN-OP and IN opportunities (:mod:`optimizer.opportunities`), Algorithm 1
-    admits those the WAN can carry (:mod:`optimizer.algorithm1`) and
-    Algorithm 2 places it (:mod:`scheduler.placement`). Loads the plan adds
-    are seen by the decisions that follow.
-
-    Algorithm 1 checks an IN-OP share against the links to the query's
-    pinned destinations. A share can also overflow a link that only the
-    placement of its consumers reveals (a consumer joining it with a stream
-    from another site); the plan is then made again with that share refused,
-    its reason naming the link. Each round refuses one more share, so this
-    ends after at most as many rounds as the query has tasks.
-
-    Algorithm 1 refuses a share to avoid contention. Not sharing means a
-    copy of the vertex, whose inputs must then reach another site; where
-    bandwidth is scarce everywhere those inputs (raw streams, larger than the
-    shared output) contend too, and the refusal adds load instead of taking
-    it off. So when Algorithm 1 refused something, the plan that takes every
-    share is made as well, and the refusals are kept only if they press the
-    WAN no harder (:func:`pressure`: the highest utilization of a link the
-    plan adds to, then the Mbps it adds beyond spare bandwidth); otherwise the
-    sharing plan wins and the refusals are reported as ``overruled``
-    (``PlanningOptions.weigh_refusals``; docs/wan.md, "Why Sana lost to
-    Max-Share").
-
-    ``forced`` maps query tasks onto running tasks they must reuse whatever
-    the bandwidth (the manager forces the ancestors of a sink that already
-    runs: its output exists, and a second writer of its topic would
-    duplicate it).
+    """Decide, for every task of ``query`` (parents first, de-duplicated), whether to reuse or create it, and where:
+    :func:`admit_shares`, then :func:`scheduler.placement.place`.
 
     Raises :class:`~scheduler.exceptions.PlacementImpossible` when a task
     cannot be placed (a source without a site, no reachable compute site).
@@ -77,14 +165,7 @@ def plan_query(
     >>> plan.link_delta
     {('x', 'a'): 10.0, ('a', 'b'): 5.0}
     """
-    forced = dict(forced or {})
-    plan = _plan_checked(query, running, wan, options, forced)
-    if not (options.bandwidth_checks and options.weigh_refusals and plan.refusals):
-        return plan
-    sharing = _plan_once(query, running, wan, replace(options, bandwidth_checks=False), {}, forced)
-    if pressure(sharing, wan) < pressure(plan, wan):
-        return replace(sharing, compared=plan.compared, skipped=plan.skipped, overruled=tuple(plan.refusals))
-    return plan
+    return place(admit_shares(query, running, wan, options, forced), running, wan)
 
 
 def pressure(plan: QueryPlan, wan: WanMonitor) -> tuple[float, float]:
@@ -106,26 +187,38 @@ def pressure(plan: QueryPlan, wan: WanMonitor) -> tuple[float, float]:
     return round(peak, 9), round(excess, 9)
 
 
-def _plan_checked(
-    query: Sequence[QueryTask],
+def _admit_checked(
+    query: tuple[QueryTask, ...],
     running: RunningView,
     wan: WanMonitor,
     options: PlanningOptions,
     forced: Mapping[str, str],
-) -> QueryPlan:
-    """Algorithms 1 and 2, made again with a share refused while a share's stream overflows a link."""
+) -> tuple[_Trial, QueryPlan]:
+    """Algorithm 1, with a share refused and the query placed again while a share's stream overflows a link."""
     vetoed: dict[str, dict[str, Refusal]] = {}
     while True:
-        plan = _plan_once(query, running, wan, options, vetoed, forced)
+        trial, plan = _try(query, running, wan, options, vetoed, forced)
         if not options.bandwidth_checks:
-            return plan
+            return trial, plan
         overflow = first_shared_overflow(plan, wan, set(forced))
         if overflow is None:
-            return plan
+            return trial, plan
         task_id, refusal = overflow
         if refusal.candidate in vetoed.get(task_id, {}):
-            return plan
+            return trial, plan
         vetoed.setdefault(task_id, {})[refusal.candidate] = refusal
+
+
+def _try(
+    query: tuple[QueryTask, ...],
+    running: RunningView,
+    wan: WanMonitor,
+    options: PlanningOptions,
+    vetoed: Mapping[str, Mapping[str, Refusal]],
+    forced: Mapping[str, str],
+) -> tuple[_Trial, QueryPlan]:
+    trial = _Trial(query, options, forced, vetoed)
+    return trial, place(trial, running, wan)
 
 
 def first_shared_overflow(plan: QueryPlan, wan: WanMonitor, exempt: set[str] = frozenset()) -> tuple[str, Refusal] | None:
@@ -153,58 +246,3 @@ def _veto(admitted: Admitted, vetoes: dict[str, Refusal]) -> Admitted:
     keep = tuple(item for item in admitted.inop if item[0].id not in vetoes)
     refused = admitted.refused + tuple(vetoes[item[0].id] for item in admitted.inop if item[0].id in vetoes)
     return Admitted(keep, admitted.in_sites, refused)
-
-
-def _plan_once(
-    query: Sequence[QueryTask],
-    running: RunningView,
-    wan: WanMonitor,
-    options: PlanningOptions,
-    vetoed: dict[str, dict[str, Refusal]],
-    forced: Mapping[str, str],
-) -> QueryPlan:
-    ctx = PlanContext(query, running, wan, options)
-    decisions: dict[str, Decision] = {}
-    compared = skipped = 0
-    for task_id in ctx.order:
-        task = ctx.query[task_id]
-        if task_id in forced:
-            decision = Decision(task_id, "reuse", running.task(forced[task_id]).site, "IN-OP", running=forced[task_id])
-        elif not task.inputs:
-            decision = _source(task, ctx)
-        else:
-            found = find_opportunities(task, ctx)
-            if options.share_inop:
-                compared += found.compared
-                skipped += not found.compared
-            admitted = admit(task, found, ctx)
-            if task_id in vetoed:
-                admitted = _veto(admitted, vetoed[task_id])
-            admitted_ids = {candidate.id for candidate, _ in admitted.inop}
-            refused_inop = tuple(candidate for candidate in found.inop if candidate.id not in admitted_ids)
-            decision = schedule(task, admitted, refused_inop, ctx)
-        decisions[task_id] = decision
-        if decision.action == "reuse":
-            ctx.mapping[task_id] = (True, decision.running)
-            if decision.rule == "IN-OP":
-                ctx.shared.add((True, decision.running))
-        else:
-            ctx.mapping[task_id] = (False, task_id)
-            ctx.new_sites[task_id] = decision.site
-            for _, ref in ctx.input_refs(task):
-                ctx.connect(ref, task_id, decision.site)
-        for check in decision.checks:
-            if check.link[0] == decision.site:
-                ctx.reserve(ctx.mapping[task_id], check.link, check.needed_mbps)
-    return QueryPlan(decisions, tuple(ctx.crossings), dict(ctx.delta), compared, skipped)
-
-
-def _source(task: QueryTask, ctx: PlanContext) -> Decision:
-    if ctx.options.share_sources:
-        running = sorted(ctx.running.instances(task.signature), key=lambda candidate: candidate.id)
-        if running:
-            return Decision(task.id, "reuse", running[0].site, "source", running=running[0].id)
-    if task.site is None:
-        raise PlacementImpossible(f"source {task.id!r} has no site: declare one or name its topic in the WAN configuration",
-                                  culprit={"task": task.id})
-    return Decision(task.id, "create", task.site, "source")

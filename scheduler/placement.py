@@ -1,6 +1,7 @@
-"""Sana's Algorithm 2: place one query vertex, given what Algorithm 1 admitted.
+"""Sana's Algorithm 2: place a query, vertex by vertex, given what Algorithm 1 admitted.
 
-In order: an admitted IN-OP share (the running vertex serves the query; the
+:func:`place` walks the query parents first; :func:`schedule` places one
+vertex. For each vertex, in order: an admitted IN-OP share (the running vertex serves the query; the
 one adding the least WAN cost wins); a pinned site; an admitted IN
 co-location (the site sharing the most input Mbps wins); site locality when
 all inputs are produced at one compute site; else the WAN-aware rule, the
@@ -19,13 +20,29 @@ reuse the candidate after all, rather than duplicate it in place.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from optimizer.context import PlanContext, Ref
-from optimizer.model import Decision, QueryTask, RunningTask
-from optimizer.algorithm1 import Admitted
+from optimizer.model import (Admitted, Decision, PlanningOptions, QueryPlan, QueryTask, Ref, Refusal, RunningTask, RunningView,
+                             VertexAdmission)
+from scheduler.context import PlanContext
 from scheduler.exceptions import PlacementImpossible
-from wan_sim.monitor import fits
+from wan_sim.monitor import WanMonitor, fits
+
+class Admissions(Protocol):
+    """What the optimizer hands the scheduler: the query, the planning options, the shares forced on it
+    and Algorithm 1's answer for each vertex (:class:`optimizer.planner.Admissions`)."""
+
+    query: Sequence[QueryTask]
+    options: PlanningOptions
+    forced: Mapping[str, str]
+    compared: int
+    skipped: int
+    overruled: tuple[tuple[str, Refusal], ...]
+
+    def for_vertex(self, task: QueryTask, ctx: PlanContext) -> VertexAdmission: ...
+
 
 #: Bandwidth used in the cost of a link with no spare bandwidth (Mbps), so the cost stays finite but large.
 MIN_BANDWIDTH = 1e-6
@@ -198,3 +215,56 @@ def _check_pinned(task: QueryTask, ctx: PlanContext) -> None:
                 f"task {task.id!r} ({task.type}) is pinned at {site!r}, which its input from {producer_site!r} cannot reach",
                 culprit={"task": task.id},
             )
+
+
+def place(admissions: Admissions, running: RunningView, wan: WanMonitor) -> QueryPlan:
+    """Algorithm 2 over a whole query, parents first: a :class:`QueryPlan` with one decision per vertex.
+
+    Sources are pinned at their origin and read through the running source
+    task when there is one (``share_sources``); a forced vertex reuses its
+    running task; every other vertex is placed by :func:`schedule` from what
+    Algorithm 1 admitted for it. Loads the plan adds are seen by the decisions
+    that follow, and an admitted share holds the bandwidth it was admitted
+    on until its consumers are placed (:meth:`PlanContext.reserve`).
+
+    Raises :class:`PlacementImpossible` when a task cannot be placed (a
+    source without a site, no reachable compute site).
+    """
+    ctx = PlanContext(admissions.query, running, wan, admissions.options)
+    decisions: dict[str, Decision] = {}
+    for task_id in ctx.order:
+        task = ctx.query[task_id]
+        if task_id in admissions.forced:
+            forced = admissions.forced[task_id]
+            decision = Decision(task_id, "reuse", running.task(forced).site, "IN-OP", running=forced)
+        elif not task.inputs:
+            decision = _source(task, ctx)
+        else:
+            vertex = admissions.for_vertex(task, ctx)
+            decision = schedule(task, vertex.admitted, vertex.refused_inop, ctx)
+        decisions[task_id] = decision
+        if decision.action == "reuse":
+            ctx.mapping[task_id] = (True, decision.running)
+            if decision.rule == "IN-OP":
+                ctx.shared.add((True, decision.running))
+        else:
+            ctx.mapping[task_id] = (False, task_id)
+            ctx.new_sites[task_id] = decision.site
+            for _, ref in ctx.input_refs(task):
+                ctx.connect(ref, task_id, decision.site)
+        for check in decision.checks:
+            if check.link[0] == decision.site:
+                ctx.reserve(ctx.mapping[task_id], check.link, check.needed_mbps)
+    return QueryPlan(decisions, tuple(ctx.crossings), dict(ctx.delta), admissions.compared, admissions.skipped,
+                     admissions.overruled)
+
+
+def _source(task: QueryTask, ctx: PlanContext) -> Decision:
+    if ctx.options.share_sources:
+        running = sorted(ctx.running.instances(task.signature), key=lambda candidate: candidate.id)
+        if running:
+            return Decision(task.id, "reuse", running[0].site, "source", running=running[0].id)
+    if task.site is None:
+        raise PlacementImpossible(f"source {task.id!r} has no site: declare one or name its topic in the WAN configuration",
+                                  culprit={"task": task.id})
+    return Decision(task.id, "create", task.site, "source")

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizer.model import Decision, PlanningOptions, QueryTask, RunningTask
-from optimizer.planner import plan_query
+from optimizer.planner import admit_shares
+from scheduler.placement import place
 from wan_sim.flow import FlowQuery, FlowResult, FlowTask, solve
 from wan_sim.monitor import WanMonitor
 from wan_sim.policies import policy_options
@@ -231,11 +232,13 @@ def simulate(scenario: Scenario, policy: str | PlanningOptions) -> SimulationRes
     epochs: list[Epoch] = []
     replacements: list[dict[str, Any]] = []
 
-    def place(query: SimQuery) -> None:
-        plan = plan_query(to_query_tasks(query), deployment, WanMonitor(config, deployment.link_loads()), options)
-        deployment.apply(query, plan.decisions)
+    def plan(query: SimQuery) -> None:
+        """The optimizer's and the scheduler's stages of a submit, on the running set as it is now."""
+        monitor = WanMonitor(config, deployment.link_loads())
+        placed = place(admit_shares(to_query_tasks(query), deployment, monitor, options), deployment, monitor)
+        deployment.apply(query, placed.decisions)
         deployment.overruled += [{"query": query.name, "task": task_id, **refusal.to_dict()}
-                                 for task_id, refusal in plan.overruled]
+                                 for task_id, refusal in placed.overruled]
 
     for index, time in enumerate(times):
         for change in scenario.changes:
@@ -243,12 +246,12 @@ def simulate(scenario: Scenario, policy: str | PlanningOptions) -> SimulationRes
                 config = config.with_bandwidth(change.src, change.dst, change.bandwidth_mbps)
         for query in scenario.queries:
             if query.at_s == time:
-                place(query)
+                plan(query)
         if not deployment.queries:
             continue
         result = solve(deployment.flow, deployment.flow_queries(), config, options.router, scenario.latency)
         if time in checks:
-            moved = replace_over_threshold(deployment, scenario, result, config.replace_above, place)
+            moved = replace_over_threshold(deployment, scenario, result, config.replace_above, plan)
             if moved is not None:
                 replacements.append({"at_s": time, **moved})
                 result = solve(deployment.flow, deployment.flow_queries(), config, options.router, scenario.latency)
@@ -258,13 +261,13 @@ def simulate(scenario: Scenario, policy: str | PlanningOptions) -> SimulationRes
 
 
 def replace_over_threshold(deployment: Deployment, scenario: Scenario, result: FlowResult, threshold: float,
-                           place) -> dict[str, Any] | None:
+                           plan) -> dict[str, Any] | None:
     """Re-place the queries whose streams cross a link at or above ``threshold`` utilization (paper section 6).
 
-    Each such query is taken out and planned again on the running set and the current WAN, in arrival
-    order; the tasks other queries use stay where they are, so what moves is the query's own work (a
-    share the degraded link no longer carries becomes a copy elsewhere, if Algorithm 1 finds a better
-    site). Returns what changed, or None when nothing did (nothing crosses a hot link, or every plan is
+    Each such query is taken out and planned again (``plan``: the optimizer's and the scheduler's stages
+    of a submit) on the running set and the current WAN, in arrival order; the tasks other queries use
+    stay where they are, so what moves is the query's own work (a share the degraded link no longer
+    carries becomes a copy elsewhere, if Algorithm 1 finds a better site). Returns what changed, or None when nothing did (nothing crosses a hot link, or every plan is
     the same again).
     """
     hot = {(link.src, link.dst) for link in result.links if link.utilization >= threshold - 1e-9}
@@ -276,7 +279,7 @@ def replace_over_threshold(deployment: Deployment, scenario: Scenario, result: F
     for name in names:
         before = {task_id: (entry["running"], entry["site"]) for task_id, entry in deployment.placement[name].items()}
         deployment.remove(name)
-        place(by_name[name])
+        plan(by_name[name])
         after = {task_id: (entry["running"], entry["site"]) for task_id, entry in deployment.placement[name].items()}
         changed = sorted(task_id for task_id in after if after[task_id] != before.get(task_id))
         if changed:

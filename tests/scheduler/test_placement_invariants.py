@@ -12,7 +12,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.planner import plan_query, pressure
+from optimizer.planner import admit_shares, plan_query, pressure
+from scheduler.placement import place
 from wan_sim.monitor import crossings, link_loads
 from wan_sim.monitor import WanMonitor
 from wan_sim.policies import policy_options
@@ -114,6 +115,32 @@ def test_in_op_shares_never_exceed_a_links_spare_egress_unless_refusing_pressed_
         for decision in plan.decisions.values():
             for check in decision.checks:
                 assert check.needed_mbps <= check.available_mbps + 1e-9
+        deployment.apply(query, plan.decisions)
+
+
+@settings(max_examples=150, deadline=None)
+@given(document=scenarios())
+def test_the_scheduler_takes_only_what_algorithm_1_admitted(document):
+    """The submit's stages: a vertex reuses a running task only as an admitted IN-OP share (or, when the copy
+    would land on a refused candidate's own site, that candidate), co-locates only at an admitted IN site, and
+    placing the same admissions twice gives the same plan."""
+    scenario = parse_scenario(document)
+    deployment = Deployment(router=True)
+    for query in scenario.queries:
+        monitor = WanMonitor(scenario.wan, deployment.link_loads())
+        admissions = admit_shares(to_query_tasks(query), deployment, monitor, policy_options("sana"))
+        plan = place(admissions, deployment, monitor)
+        assert place(admissions, deployment, monitor) == plan
+        assert set(admissions.vertices) == {task.id for task in query.tasks if task.inputs}
+        for task_id, vertex in admissions.vertices.items():
+            decision = plan.decisions[task_id]
+            admitted = {candidate.id for candidate, _ in vertex.admitted.inop}
+            if decision.action == "reuse":
+                assert decision.running in admitted or (
+                    not admitted and decision.running in {candidate.id for candidate in vertex.refused_inop
+                                                          if candidate.site == decision.site}), (task_id, decision)
+            if decision.rule == "IN":
+                assert decision.partner in {candidate.partner for candidate, _ in vertex.admitted.in_sites}
         deployment.apply(query, plan.decisions)
 
 

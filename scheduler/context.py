@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from optimizer.exceptions import QueryMalformed
-from optimizer.model import Crossing, PlanningOptions, QueryTask, RunningView
+from optimizer.model import Crossing, PlanningOptions, QueryTask, Ref, RunningView
 from wan_sim.monitor import WanMonitor
-
-Ref = tuple[bool, str]
 
 
 class PlanContext:
