@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,43 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def robustness() -> str:
+    """Sana against Max-Share over many WANs, 1-12 queries each: every link scaled alike (0.03-10x), and one
+    compute site's egress thinned (each site, x0.05 / 0.1 / 0.3, links x0.2-1). Counts where Sana is ahead,
+    equal and behind, and lists where it is behind."""
+    sites = fourteen_site_scenario(1)["wan"]["sites"]
+    compute = [site["name"] if isinstance(site, dict) else site for site in sites
+               if not isinstance(site, dict) or site.get("compute", True)]
+    uniform = [{"bandwidth_scale": round(0.01 * step, 2)} for step in range(3, 40)]
+    uniform += [{"bandwidth_scale": scale} for scale in (0.45, 0.6, 0.8, 1.5, 3.0, 10.0)]
+    thin = [{"bandwidth_scale": scale, "thin_egress": (site, factor)}
+            for site in compute for factor in (0.05, 0.1, 0.3) for scale in (0.2, 0.3, 0.5, 1.0)]
+    rows, behind = [], []
+    began = time.monotonic()
+    for family, settings in (("links scaled alike (0.03-10x)", uniform), ("one site's egress thinned", thin)):
+        counts = {"ahead": 0, "equal": 0, "behind": 0}
+        worst = 1.0
+        for number, kwargs in enumerate(settings, 1):
+            for queries in range(1, 13):
+                sana = run("sana", queries=queries, **kwargs)["throughput_rps"]
+                max_share = run("max-share", queries=queries, **kwargs)["throughput_rps"]
+                ratio = sana / max_share
+                counts["ahead" if ratio > 1 + 1e-9 else "behind" if ratio < 1 - 1e-9 else "equal"] += 1
+                worst = min(worst, ratio)
+                if ratio < 1 - 1e-9:
+                    where = f"links x{kwargs['bandwidth_scale']:g}"
+                    if "thin_egress" in kwargs:
+                        where += f", {kwargs['thin_egress'][0]}'s egress x{kwargs['thin_egress'][1]:g}"
+                    behind.append([family, where, queries, f"{sana:.0f}", f"{max_share:.0f}", pct(sana, max_share)])
+            if number % 20 == 0 or number == len(settings):
+                print(f"robustness: {family}: {number}/{len(settings)} WANs ({time.monotonic() - began:.0f} s)",
+                      file=sys.stderr, flush=True)
+        rows.append([family, sum(counts.values()), counts["ahead"], counts["equal"], counts["behind"], pct(worst, 1.0)])
+    return (table(["WANs", "cases (WAN x queries)", "Sana ahead", "equal", "Sana behind", "worst"], rows) + "\n\n"
+            + (table(["family", "WAN", "queries", "Sana", "Max-Share", "Sana vs Max-Share"], behind) if behind
+               else "Sana is behind nowhere."))
 
 
 def exp_7_1() -> tuple[str, dict[str, dict[str, Any]]]:
@@ -230,6 +269,9 @@ def main() -> None:
     sections.append(f"### 7.3 A shared vertex's site is the bottleneck ({site}'s egress x{factor:g}, links x{CONSTRAINED:g})\n\n"
                     + sweep_table("queries", counts, bottleneck) + "\n\n" + versus + "\n\n"
                     + f"{site}'s egress factor, 12 queries\n\n" + sweep_table(f"{site} egress x", factors, by_factor))
+
+    sections.append("### 7.3 (robustness) Sana vs Max-Share over many WANs (tweets/s, 1-12 queries each)\n\n"
+                    + robustness())
 
     text, series = replacement_over_time()
     sections.append("### 6 Re-placement when a link degrades (12 queries, links x0.3, Virginia's egress x0.1 at 125 s)\n\n"
