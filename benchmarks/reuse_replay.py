@@ -1,0 +1,167 @@
+"""Replay a reuse trace on the real service up to one step, then watch its CPU settle.
+
+Run:  .venv/bin/python -m benchmarks.reuse_replay --mode reuse --upto 51   # ~6 min
+      .venv/bin/python -m benchmarks.reuse_replay --mode alone --upto 51
+      .venv/bin/python -m benchmarks.reuse_replay --mode reuse --upto 51 --fresh
+
+The steps of ``benchmarks.reuse_real`` (same workload, trace, seed, walk and
+defragmentation) run back to back with no measurement, up to ``--upto``;
+``--fresh`` instead submits only the dataflows still running at that step, to
+a new service. Then the CPU of the service's process tree is sampled in
+``--window`` second windows for ``--watch`` seconds after the last change, and
+over the last window per process and per JVM thread. The result goes to
+``benchmarks/results/reuse-replay-MODE[-fresh]-UPTO.json`` and a summary to
+standard output. docs/reuse.md ("The drain") reads these runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.reuse import TRACES, workloads
+from benchmarks.reuse_real import RealService, with_defrag
+from benchmarks.riot_records import record_maker
+from runtime.costs import CLOCK_TICKS
+
+
+def _stat_ticks(path: Path) -> int:
+    """User + system ticks of a process or thread from its ``stat`` file (0 if it is gone)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return 0
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def process_tree(root: int) -> dict[int, str]:
+    """``root`` and its descendants: pid -> the start of its command line."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:100]
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(text[text.rindex(")") + 2:].split()[1])
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in tree:
+                tree.add(pid)
+                frontier.append(pid)
+    return {pid: commands.get(pid, "") for pid in tree}
+
+
+def thread_ticks(pids: dict[int, str]) -> dict[tuple[int, str, str], int]:
+    """(pid, tid, thread name) -> ticks, for every thread of ``pids``."""
+    result = {}
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                name = (task / "comm").read_text().strip()
+            except OSError:
+                continue
+            result[(pid, task.name, name)] = _stat_ticks(task / "stat")
+    return result
+
+
+def steps_to(workload_name: str, trace: str, walk_steps: int, defrag_every: int, upto: int,
+             fresh: bool) -> list[tuple[str, int]]:
+    workload = workloads()[workload_name]
+    spec = replace(TRACES[trace], walk_steps=walk_steps)
+    steps = with_defrag(spec.steps(workload), defrag_every)[:upto]
+    if not fresh:
+        return steps
+    alive: list[int] = []
+    for action, index in steps:
+        if action == "add":
+            alive.append(index)
+        elif action == "remove":
+            alive.remove(index)
+    return [("add", index) for index in alive]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=["reuse", "alone"], required=True)
+    parser.add_argument("--upto", type=int, required=True, help="replay steps 1..UPTO")
+    parser.add_argument("--fresh", action="store_true", help="submit only what runs at step UPTO, to a new service")
+    parser.add_argument("--workload", default="riot-paper")
+    parser.add_argument("--trace", default="rw2")
+    parser.add_argument("--walk-steps", type=int, default=20)
+    parser.add_argument("--defrag-every", type=int, default=5)
+    parser.add_argument("--trigger", type=float, default=10.0)
+    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--watch", type=float, default=200.0)
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--run-dir", type=Path, default=Path("/tmp/sana-reuse-replay"))
+    args = parser.parse_args(argv)
+    steps = steps_to(args.workload, args.trace, args.walk_steps, args.defrag_every, args.upto, args.fresh)
+    documents = workloads()[args.workload].documents
+    run_dir = args.run_dir / args.mode
+    shutil.rmtree(run_dir, ignore_errors=True)
+    service = RealService(run_dir, sharing=args.mode == "reuse", redis_url=args.redis_url, records=record_maker,
+                          settle_s=0, measure_s=0, trigger_s=args.trigger, keyed_workers=2)
+    running: dict[int, str] = {}
+    result: dict[str, Any] = {"args": {key: str(value) for key, value in vars(args).items()}, "steps": steps}
+    try:
+        began = time.monotonic()
+        for number, (action, index) in enumerate(steps, 1):
+            if action == "add":
+                running[index] = service.submit(documents[index])
+            elif action == "remove":
+                service.remove(running.pop(index))
+            else:
+                service.defragment()
+            if number % 10 == 0 or number == len(steps):
+                print(f"replay {args.mode}: step {number}/{len(steps)} ({time.monotonic() - began:.0f} s)",
+                      file=sys.stderr, flush=True)
+        series = []
+        pids = process_tree(service.process.pid)
+        last = sum(_stat_ticks(Path(f"/proc/{pid}/stat")) for pid in pids)
+        threads_before: dict[tuple[int, str, str], int] = {}
+        for number in range(int(args.watch // args.window)):
+            if (number + 1) * args.window >= args.watch:
+                threads_before = thread_ticks(pids)
+            time.sleep(args.window)
+            pids = process_tree(service.process.pid)
+            now = sum(_stat_ticks(Path(f"/proc/{pid}/stat")) for pid in pids)
+            series.append(round((now - last) / CLOCK_TICKS / args.window, 3))
+            last = now
+            print(f"replay {args.mode}: {(number + 1) * args.window:.0f} s after the last change: "
+                  f"{series[-1]:.3f} cores", file=sys.stderr, flush=True)
+        threads_after = thread_ticks(pids)
+        per_thread: dict[str, float] = {}
+        for (pid, _, name), ticks in threads_after.items():
+            program = (pids[pid].split() or ["(exited)"])[0].rsplit("/", 1)[-1]
+            kind = f"{program}: {name}"
+            used = (ticks - threads_before.get((pid, _, name), 0)) / CLOCK_TICKS / args.window
+            per_thread[kind] = round(per_thread.get(kind, 0.0) + used, 4)
+        stats = service.client.get("/stats").raise_for_status().json()
+        result.update(cores_by_window=series, window_s=args.window,
+                      last_window_by_thread=dict(sorted(per_thread.items(), key=lambda item: -item[1])[:15]),
+                      running_tasks=stats["running_tasks"], fragments=stats["fragments"],
+                      queries=len(service.client.get("/runtime/queries").raise_for_status().json()["queries"]))
+    finally:
+        service.close()
+    out = Path(f"benchmarks/results/reuse-replay-{args.mode}{'-fresh' if args.fresh else ''}-{args.upto}.json")
+    out.write_text(json.dumps(result, indent=1))
+    print(json.dumps({key: result[key] for key in ("cores_by_window", "running_tasks", "fragments", "queries")}))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
