@@ -28,6 +28,7 @@ from typing import Any
 from benchmarks.reuse import TRACES, workloads
 from benchmarks.reuse_real import RealService, with_defrag
 from benchmarks.riot_records import record_maker
+from runtime import costs
 from runtime.costs import CLOCK_TICKS
 
 
@@ -43,25 +44,13 @@ def _stat_ticks(path: Path) -> int:
 
 def process_tree(root: int) -> dict[int, str]:
     """``root`` and its descendants: pid -> the start of its command line."""
-    parents: dict[int, int] = {}
-    commands: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    commands = {}
+    for pid in costs.process_tree(root):
         try:
-            text = (entry / "stat").read_text()
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:100]
+            commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:100]
         except OSError:
             continue
-        parents[int(entry.name)] = int(text[text.rindex(")") + 2:].split()[1])
-    tree, frontier = {root}, [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in tree:
-                tree.add(pid)
-                frontier.append(pid)
-    return {pid: commands.get(pid, "") for pid in tree}
+    return commands
 
 
 def thread_ticks(pids: dict[int, str]) -> dict[tuple[int, str, str], int]:

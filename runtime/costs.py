@@ -40,15 +40,25 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def process_tree_cpu_s(root: int | None = None, proc: Path = Path("/proc")) -> float:
     """CPU seconds (user + system) used so far by ``root`` (default: this process) and its descendants.
 
-    Descendants are found through the parent pid in ``/proc/<pid>/stat``; the
-    time of children that exited and were reaped counts in their parent's.
+    The time of children that exited and were reaped counts in their parent's.
 
     >>> process_tree_cpu_s() > 0
     True
     """
-    root = os.getpid() if root is None else root
-    parents: dict[int, int] = {}
     ticks: dict[int, int] = {}
+    tree = process_tree(os.getpid() if root is None else root, proc, ticks)
+    return sum(ticks.get(pid, 0) for pid in tree) / CLOCK_TICKS
+
+
+def process_tree(root: int, proc: Path = Path("/proc"), ticks: dict[int, int] | None = None) -> set[int]:
+    """``root`` and its descendants, found through the parent pid in ``/proc/<pid>/stat``.
+
+    ``ticks``, when given, receives every process's CPU ticks (utime, stime and its reaped children's).
+
+    >>> os.getpid() in process_tree(os.getpid())
+    True
+    """
+    parents: dict[int, int] = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -59,7 +69,8 @@ def process_tree_cpu_s(root: int | None = None, proc: Path = Path("/proc")) -> f
         fields = text[text.rindex(")") + 2:].split()
         pid = int(entry.name)
         parents[pid] = int(fields[1])
-        ticks[pid] = sum(int(value) for value in fields[11:15])  # utime, stime and reaped children's
+        if ticks is not None:
+            ticks[pid] = sum(int(value) for value in fields[11:15])
     tree, frontier = {root}, [root]
     while frontier:
         parent = frontier.pop()
@@ -67,7 +78,7 @@ def process_tree_cpu_s(root: int | None = None, proc: Path = Path("/proc")) -> f
             if ppid == parent and pid not in tree:
                 tree.add(pid)
                 frontier.append(pid)
-    return sum(ticks.get(pid, 0) for pid in tree) / CLOCK_TICKS
+    return tree
 
 
 @dataclass(frozen=True)
