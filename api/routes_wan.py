@@ -7,13 +7,16 @@
 - ``DELETE /wan``: remove it (every equivalent task is shared again).
 - ``GET /wan/links``: the links only; each says whether its load is measured (the runtime counted the
   crossing streams' writes), estimated (configured rates) or mixed.
+- ``GET /wan/replacement?utilization=U``: what re-placement would do now (Sana section 6): the links at
+  or above utilization U and, for each dataflow with a stream over one, the tasks that would move or
+  stop sharing. A plan only: ``executed`` is false, nothing changes (docs/wan.md, "Re-placement").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from api.body import read_body
@@ -56,3 +59,9 @@ def delete_wan(request: Request) -> dict[str, Any]:
 def get_wan_links(request: Request) -> dict[str, Any]:
     """Every link: capacity, latency, load, spare bandwidth, utilization and crossing streams."""
     return _manager(request).wan_links()
+
+
+@router.get("/wan/replacement", responses=_ERRORS)
+def get_wan_replacement(request: Request, utilization: float = Query(0.95, gt=0, le=10)) -> dict[str, Any]:
+    """The dataflows re-placement would re-plan at this utilization threshold, and what would move (a plan only)."""
+    return _manager(request).replacement(utilization)

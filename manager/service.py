@@ -12,6 +12,7 @@ completed instead: :meth:`Manager._finish_interrupted`).
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -27,6 +28,7 @@ from manager import merge
 from manager.costs import attribute
 from manager.exceptions import DataflowNotFound, DeployFailed, LimitExceeded, ServiceFull, StateUnavailable
 from manager.model import Dataflow
+from manager.replacement import plan_replacement
 from manager.state import State, SubmittedDataflow
 from manager.store import StaleState, Store
 from manager.traffic import link_loads_in_use, measured_mbps
@@ -327,6 +329,22 @@ class Manager:
         bases = {row["basis"] for row in rows if row["streams"]}
         basis = "mixed" if len(bases) > 1 else bases.pop() if bases else "estimated"
         return {"links": rows, "total_load_mbps": round(total, 6), "basis": basis}
+
+    def replacement(self, utilization: float) -> dict[str, Any]:
+        """What re-placement would move now, at links whose utilization is at least ``utilization``
+        (``GET /wan/replacement``; :func:`manager.replacement.plan_replacement`). Nothing is changed.
+
+        Raises :class:`~wan_sim.exceptions.WanNotConfigured` without a WAN configuration.
+        """
+        measured = self._measured()
+        with self._guard(), self._mutex:
+            self._sync()
+            if self.state.wan is None:
+                raise WanNotConfigured("no WAN configuration: nothing is placed by bandwidth, so nothing re-placed")
+            state = copy.deepcopy(self.state)
+        result = plan_replacement(state, measured, utilization, sharing=self.sharing)
+        result["basis"] = self.wan_links()["basis"]
+        return result
 
     def _measured(self) -> dict[str, float]:
         """Output Mbps the runtime measured per running task (empty without a WAN or a measuring runtime)."""

@@ -38,8 +38,15 @@ def test_wan_configuration_round_trip_and_link_loads(client):
     assert links[("src", "P")]["streams"][0]["consumers"] == [first["tasks"]["hot"]]
     running = {task["id"]: task for dag in client.get("/running").json()["dags"] for task in dag["tasks"]}
     assert running[first["tasks"]["hot"]]["site"] == "P" and running[second["tasks"]["hot"]]["site"] == "H2"
+    plan = client.get("/wan/replacement", params={"utilization": 0.1}).json()
+    assert {(row["from"], row["to"]) for row in plan["hot_links"]} == {("src", "P"), ("src", "H2")}
+    assert [entry["moves"] for entry in plan["dataflows"]] == [[], []], "nothing better to move to"
+    assert plan["executed"] is False
+    bad = client.get("/wan/replacement", params={"utilization": 0})
+    assert bad.status_code == 422 and "utilization" in bad.text
     assert client.delete("/wan").json() == {"configured": False}
     assert client.get("/wan/links").status_code == 404
+    assert client.get("/wan/replacement").status_code == 404
 
 
 @pytest.mark.redis

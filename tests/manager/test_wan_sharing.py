@@ -173,6 +173,44 @@ def test_measured_traffic_replaces_the_estimates_in_the_links_and_in_the_decisio
     check_wan_state(made.state, {first.id: first_document, second.id: hot("b", "H2", "two"), third.id: hot("c", "H2", "three")})
 
 
+def test_replacement_plans_to_unshare_what_a_hot_link_no_longer_carries(redis_client, state_prefix):
+    """The filter at P is shared towards H2 while the runtime measures it at 2 Mbps (P -> H2 has 5). When it is
+    measured at 6 Mbps the link is over capacity: re-placement would give the dataflow at H2 its own filter at
+    H2 (reading the raw stream over src -> H2), and leave the other dataflow alone. Nothing changes meanwhile."""
+    three = json.loads(json.dumps(WAN))
+    three["sites"].append("H3")
+    three["links"] += [{"from": "src", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 30},
+                       {"from": "P", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20},
+                       {"from": "H2", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20}]
+    runtime = MeasuringRuntime(redis_client, state_prefix)
+    made = Manager(redis_client, state_prefix, runtime)
+    made.start()
+    made.set_wan(three)
+    first_document = hot("a", "H3", "one")
+    first_document["tasks"][1]["site"] = "P"
+    first = made.submit(first_document)
+    runtime.written = {first.tasks["hot"]: 250_000.0}  # 2 Mbps: the share towards H2 fits
+    second = made.submit(hot("b", "H2", "two"))
+    assert second.tasks["hot"] == first.tasks["hot"]
+    calm = made.replacement(0.95)
+    assert calm["hot_links"] == [] and calm["dataflows"] == [] and calm["executed"] is False
+
+    runtime.written = {first.tasks["hot"]: 750_000.0}  # 6 Mbps over P -> H2's 5
+    before = dict(made.state.tasks)
+    plan = made.replacement(0.95)
+    assert [(row["from"], row["to"], row["utilization"]) for row in plan["hot_links"]] == [("P", "H2", 1.2)]
+    assert plan["basis"] == "mixed"
+    (entry,) = plan["dataflows"]
+    assert (entry["dataflow"], entry["links"]) == (second.id, ["P -> H2"])
+    (move,) = entry["moves"]
+    assert move["task"] == "hot"
+    assert move["from"] == {"running_task": first.tasks["hot"], "site": "P", "shared": True}
+    assert move["to"]["site"] == "H2" and move["to"]["new"] is True
+    assert entry["not_shared"][0]["needed_mbps"] == 6.0 and entry["not_shared"][0]["available_mbps"] == 5.0
+    assert made.state.tasks == before  # a plan only: nothing started or stopped
+    assert made.replacement(1.5)["dataflows"] == []  # 1.2 is below this threshold
+
+
 def test_with_bandwidth_to_spare_every_equivalent_task_is_shared(manager):
     roomy = json.loads(json.dumps(WAN))
     roomy["links"][2]["bandwidth_mbps"] = 50
