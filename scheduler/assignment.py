@@ -22,7 +22,7 @@ from typing import Protocol
 
 from optimizer.model import QueryPlan, QueryTask, RunningView
 from scheduler.fragments import assign_fragments, default_site
-from scheduler.placement import Admissions, place
+from scheduler.placement import AdmissionSource, place
 from wan_sim.monitor import WanMonitor
 
 
@@ -58,7 +58,7 @@ class Assignment:
     plan: QueryPlan | None = None
 
 
-def assign_by_wan(admissions: Admissions, running: RunningView, wan: WanMonitor, taken: Mapping[str, Placed]) -> Assignment:
+def assign_by_wan(admissions: AdmissionSource, running: RunningView, wan: WanMonitor, taken: Mapping[str, Placed]) -> Assignment:
     """Place the query Algorithm 1 admitted shares for; name the new tasks (``taken`` holds the running ids)."""
     plan = place(admissions, running, wan)
     query = {task.id: task for task in admissions.query}

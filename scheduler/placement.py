@@ -30,9 +30,11 @@ from scheduler.context import PlanContext
 from scheduler.exceptions import PlacementImpossible
 from wan_sim.monitor import WanMonitor, fits
 
-class Admissions(Protocol):
-    """What the optimizer hands the scheduler: the query, the planning options, the shares forced on it
-    and Algorithm 1's answer for each vertex (:class:`optimizer.planner.Admissions`)."""
+
+class AdmissionSource(Protocol):
+    """What the scheduler places a query from: the query, the planning options, the shares forced on it and
+    Algorithm 1's answer for each vertex (the optimizer's :class:`optimizer.planner.Admissions`, or its trial
+    that runs Algorithm 1 while the scheduler places)."""
 
     query: Sequence[QueryTask]
     options: PlanningOptions
@@ -217,7 +219,7 @@ def _check_pinned(task: QueryTask, ctx: PlanContext) -> None:
             )
 
 
-def place(admissions: Admissions, running: RunningView, wan: WanMonitor) -> QueryPlan:
+def place(admissions: AdmissionSource, running: RunningView, wan: WanMonitor) -> QueryPlan:
     """Algorithm 2 over a whole query, parents first: a :class:`QueryPlan` with one decision per vertex.
 
     Sources are pinned at their origin and read through the running source
