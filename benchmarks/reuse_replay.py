@@ -8,8 +8,8 @@ The steps of ``benchmarks.reuse_real`` (same workload, trace, seed, walk and
 defragmentation) run back to back with no measurement, up to ``--upto``;
 ``--fresh`` instead submits only the dataflows still running at that step, to
 a new service. Then the CPU of the service's process tree is sampled in
-``--window`` second windows for ``--watch`` seconds after the last change, and
-over the last window per process and per JVM thread. The result goes to
+``--window`` second windows for ``--watch`` seconds after the last change, per
+kind of thread (program and thread name). The result goes to
 ``benchmarks/results/reuse-replay-MODE[-fresh]-UPTO.json`` and a summary to
 standard output. docs/reuse.md ("The drain") reads these runs.
 """
@@ -66,6 +66,17 @@ def thread_ticks(pids: dict[int, str]) -> dict[tuple[int, str, str], int]:
     return result
 
 
+def _per_thread(pids: dict[int, str], before: dict[tuple[int, str, str], int], after: dict[tuple[int, str, str], int],
+                seconds: float) -> dict[str, float]:
+    """Cores per kind of thread (program: thread name) between two ``thread_ticks`` readings."""
+    used: dict[str, float] = {}
+    for (pid, tid, name), ticks in after.items():
+        program = (pids.get(pid, "").split() or ["(exited)"])[0].rsplit("/", 1)[-1]
+        kind = f"{program}: {name}"
+        used[kind] = round(used.get(kind, 0.0) + (ticks - before.get((pid, tid, name), 0)) / CLOCK_TICKS / seconds, 4)
+    return used
+
+
 def steps_to(workload_name: str, trace: str, walk_steps: int, defrag_every: int, upto: int,
              fresh: bool) -> list[tuple[str, int]]:
     workload = workloads()[workload_name]
@@ -117,30 +128,22 @@ def main(argv: list[str] | None = None) -> int:
             if number % 10 == 0 or number == len(steps):
                 print(f"replay {args.mode}: step {number}/{len(steps)} ({time.monotonic() - began:.0f} s)",
                       file=sys.stderr, flush=True)
-        series = []
+        series: list[float] = []
+        by_thread: list[dict[str, float]] = []
         pids = process_tree(service.process.pid)
-        last = sum(_stat_ticks(Path(f"/proc/{pid}/stat")) for pid in pids)
-        threads_before: dict[tuple[int, str, str], int] = {}
+        threads_before, last = thread_ticks(pids), costs.process_tree_cpu_s(service.process.pid)
         for number in range(int(args.watch // args.window)):
-            if (number + 1) * args.window >= args.watch:
-                threads_before = thread_ticks(pids)
             time.sleep(args.window)
             pids = process_tree(service.process.pid)
-            now = sum(_stat_ticks(Path(f"/proc/{pid}/stat")) for pid in pids)
-            series.append(round((now - last) / CLOCK_TICKS / args.window, 3))
-            last = now
+            threads_after, now = thread_ticks(pids), costs.process_tree_cpu_s(service.process.pid)
+            by_thread.append(_per_thread(pids, threads_before, threads_after, args.window))
+            series.append(round((now - last) / args.window, 3))  # with exited threads and reaped children
+            threads_before, last = threads_after, now
             print(f"replay {args.mode}: {(number + 1) * args.window:.0f} s after the last change: "
                   f"{series[-1]:.3f} cores", file=sys.stderr, flush=True)
-        threads_after = thread_ticks(pids)
-        per_thread: dict[str, float] = {}
-        for (pid, _, name), ticks in threads_after.items():
-            program = (pids[pid].split() or ["(exited)"])[0].rsplit("/", 1)[-1]
-            kind = f"{program}: {name}"
-            used = (ticks - threads_before.get((pid, _, name), 0)) / CLOCK_TICKS / args.window
-            per_thread[kind] = round(per_thread.get(kind, 0.0) + used, 4)
         stats = service.client.get("/stats").raise_for_status().json()
         result.update(cores_by_window=series, window_s=args.window,
-                      last_window_by_thread=dict(sorted(per_thread.items(), key=lambda item: -item[1])[:15]),
+                      by_thread=[dict(sorted(window.items(), key=lambda item: -item[1])[:15]) for window in by_thread],
                       running_tasks=stats["running_tasks"], fragments=stats["fragments"],
                       queries=len(service.client.get("/runtime/queries").raise_for_status().json()["queries"]))
     finally:
