@@ -191,7 +191,11 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
     )
 
 
-def _wan_report(plan: QueryPlan, running: dict[str, str]):
+#: Per vertex its placement; the refused IN-OP shares (for the API); per new task the refusals that made it start.
+WanReport = tuple[dict[str, dict[str, Any]], list[dict[str, Any]], dict[str, list[dict[str, Any]]]]
+
+
+def _wan_report(plan: QueryPlan, running: dict[str, str]) -> WanReport:
     """Per vertex its placement decision; the IN-OP shares refused for bandwidth, for the API and as notes on the
     tasks they made start; the refusals overruled because refusing would have pressed the WAN harder."""
     placement: dict[str, dict[str, Any]] = {}
