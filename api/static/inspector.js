@@ -414,6 +414,27 @@ function renderWan(answer) {
   table.append(body);
   box.append(table);
   box.append(el("p", { class: "muted" }, `${links.length - busy.length} more link(s) carry nothing.`));
+  if (links.some((link) => (link.utilization || 0) >= REPLACE_AT)) renderReplacement(box, (wanGeneration += 1));
+}
+
+// Re-placement is planned by the service, not carried out yet: show what it would move while a link is hot.
+const REPLACE_AT = 0.95;
+let wanGeneration = 0;
+
+async function renderReplacement(box, generation) {
+  const answer = await getJson(`/wan/replacement?utilization=${REPLACE_AT}`);
+  if (!answer.ok || generation !== wanGeneration) return;  // a newer refresh redrew the panel meanwhile
+  const moves = answer.body.dataflows.flatMap((flow) => flow.moves.map((move) => [flow, move]));
+  const list = el("ul", { class: "replacement" });
+  for (const [flow, move] of moves) {
+    const how = move.from.shared && move.to.new ? " (stops sharing)" : "";
+    list.append(el("li", { "data-task": `${flow.dataflow}/${move.task}` },
+      `${flow.dataflow} (${flow.name}): ${move.task} ${move.from.site} → ${move.to.site}${how}`));
+  }
+  box.append(el("div", { class: "replacement-plan" },
+    el("p", {}, `Re-placement at ${Math.round(100 * REPLACE_AT)}% utilization, a plan that is not carried out: ` +
+      `${answer.body.hot_links.length} hot link(s), ${answer.body.dataflows.length} dataflow(s) re-planned, ${moves.length} task(s) would move.`),
+    list));
 }
 
 // ---- refresh loop ----------------------------------------------------------

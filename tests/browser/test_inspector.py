@@ -105,6 +105,14 @@ def test_wan_panel_shows_sites_and_links(page):
     expect(row.locator("td.basis")).to_have_text("estimated")
     expect(page.locator("#fragment-body")).to_contain_text("Dry run: nothing runs on Spark")
     expect(page.locator("#skew-body")).to_contain_text("No keyed operator runs on Spark.")
+    expect(page.locator("#wan-body .replacement-plan")).to_have_count(0)  # no link is hot
+    for link in config["links"]:  # the raw stream (16 Mbps) now needs more than ohio <-> virginia has
+        if {link["from"], link["to"]} == {"ohio", "virginia"}:
+            link["bandwidth_mbps"] = 10
+    answer = page.request.put(page.url + "wan", data=json.dumps(config), headers={"content-type": "application/json"})
+    assert answer.ok, answer.text()
+    expect(page.locator("#wan-body .replacement-plan")).to_contain_text(
+        "Re-placement at 95% utilization, a plan that is not carried out: 1 hot link(s), 1 dataflow(s) re-planned")
 
 
 def test_a_service_with_tokens_needs_one_and_the_inspector_sends_it(settings_factory, tmp_path):
