@@ -19,7 +19,7 @@ from typing import Any
 
 from wan_sim.scenario import parse_scenario
 from wan_sim.simulate import simulate
-from wan_sim.workloads import QUERIES, degrading_scenario, fourteen_site_scenario, sharing_ratio_scenario
+from wan_sim.workloads import COMPUTE, QUERIES, degrading_scenario, fourteen_site_scenario, sharing_ratio_scenario
 
 #: Link capacities of the measured 20-280 Mbps WAN multiplied by this: a contended WAN (6-84 Mbps).
 CONSTRAINED = 0.3
@@ -60,13 +60,10 @@ def robustness() -> str:
     """Sana against Max-Share over many WANs, 1-12 queries each: every link scaled alike (0.03-10x), and one
     compute site's egress thinned (each site, x0.05 / 0.1 / 0.3, links x0.2-1). Counts where Sana is ahead,
     equal and behind, and lists where it is behind."""
-    sites = fourteen_site_scenario(1)["wan"]["sites"]
-    compute = [site["name"] if isinstance(site, dict) else site for site in sites
-               if not isinstance(site, dict) or site.get("compute", True)]
     uniform = [{"bandwidth_scale": round(0.01 * step, 2)} for step in range(3, 40)]
     uniform += [{"bandwidth_scale": scale} for scale in (0.45, 0.6, 0.8, 1.5, 3.0, 10.0)]
     thin = [{"bandwidth_scale": scale, "thin_egress": (site, factor)}
-            for site in compute for factor in (0.05, 0.1, 0.3) for scale in (0.2, 0.3, 0.5, 1.0)]
+            for site in COMPUTE for factor in (0.05, 0.1, 0.3) for scale in (0.2, 0.3, 0.5, 1.0)]
     rows, behind = [], []
     began = time.monotonic()
     for family, settings in (("links scaled alike (0.03-10x)", uniform), ("one site's egress thinned", thin)):

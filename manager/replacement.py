@@ -60,7 +60,7 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
     """
     hot = hot_links(state, measured, threshold)
     crossing = crossing_dataflows(state, {(row["from"], row["to"]) for row in hot})
-    work = copy.deepcopy(state)
+    work = state  # each dataflow is planned on a copy of it, which becomes ``work`` once it succeeds
     dataflows = []
     for dataflow_id in sorted(crossing, key=lambda name: int(name.rsplit("-", 1)[-1])):
         flow = work.dataflows[dataflow_id]

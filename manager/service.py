@@ -31,7 +31,7 @@ from manager.model import Dataflow
 from manager.replacement import plan_replacement
 from manager.state import State, SubmittedDataflow
 from manager.store import StaleState, Store
-from manager.traffic import link_loads_in_use, measured_mbps
+from manager.traffic import basis, link_loads_in_use, measured_mbps
 from manager.validate import parse_dataflow
 from runtime.base import Runtime
 from runtime.exceptions import RuntimeFailure
@@ -123,6 +123,11 @@ class Limits:
                               f"dataflow needs {len(fragments)} more; at most {self.queries} (SANA_MAX_QUERIES)",
                               culprit={"limit": "SANA_MAX_QUERIES"})
 
+
+
+def _streams_basis(state: State, measured: dict[str, float]) -> str:
+    """The basis of the loads of all links together: whether the streams crossing between sites were measured."""
+    return basis({producer in measured for producer in state.arrivals})
 
 class Manager:
     """The reuse manager over one Redis prefix and one runtime."""
@@ -323,12 +328,9 @@ class Manager:
             crossing = sorted(streams.get((row["from"], row["to"]), []), key=lambda item: item["producer"])
             row["streams"] = crossing
             row["estimated_load_mbps"] = round(state.link_load.get((row["from"], row["to"]), 0.0), 6)
-            kinds = {stream["measured_mbps"] is not None for stream in crossing}
-            row["basis"] = "mixed" if len(kinds) > 1 else "measured" if kinds == {True} else "estimated"
+            row["basis"] = basis({stream["measured_mbps"] is not None for stream in crossing})
         total = sum(row["load_mbps"] for row in rows)
-        bases = {row["basis"] for row in rows if row["streams"]}
-        basis = "mixed" if len(bases) > 1 else bases.pop() if bases else "estimated"
-        return {"links": rows, "total_load_mbps": round(total, 6), "basis": basis}
+        return {"links": rows, "total_load_mbps": round(total, 6), "basis": _streams_basis(state, measured)}
 
     def replacement(self, utilization: float) -> dict[str, Any]:
         """What re-placement would move now, at links whose utilization is at least ``utilization``
@@ -343,7 +345,7 @@ class Manager:
                 raise WanNotConfigured("no WAN configuration: nothing is placed by bandwidth, so nothing re-placed")
             state = copy.deepcopy(self.state)
         result = plan_replacement(state, measured, utilization, sharing=self.sharing)
-        result["basis"] = self.wan_links()["basis"]
+        result["basis"] = _streams_basis(state, measured)
         return result
 
     def _measured(self) -> dict[str, float]:

@@ -58,3 +58,13 @@ def measured_by_signature(state: State, measured: Mapping[str, float]) -> dict[s
         if rates:
             result[signature] = max(rates)
     return result
+
+
+def basis(measured_flags: set[bool]) -> str:
+    """What a load is made of, from whether each stream in it was measured: ``measured``, ``estimated``
+    (no stream measured, or no stream) or ``mixed``.
+
+    >>> basis({True}), basis({False}), basis({True, False}), basis(set())
+    ('measured', 'estimated', 'mixed', 'estimated')
+    """
+    return "mixed" if len(measured_flags) > 1 else "measured" if measured_flags == {True} else "estimated"

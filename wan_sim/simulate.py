@@ -267,8 +267,8 @@ def replace_over_threshold(deployment: Deployment, scenario: Scenario, result: F
     Each such query is taken out and planned again (``plan``: the optimizer's and the scheduler's stages
     of a submit) on the running set and the current WAN, in arrival order; the tasks other queries use
     stay where they are, so what moves is the query's own work (a share the degraded link no longer
-    carries becomes a copy elsewhere, if Algorithm 1 finds a better site). Returns what changed, or None when nothing did (nothing crosses a hot link, or every plan is
-    the same again).
+    carries becomes a copy elsewhere, if Algorithm 1 finds a better site). Returns what changed, or None
+    when nothing did (nothing crosses a hot link, or every plan is the same again).
     """
     hot = {(link.src, link.dst) for link in result.links if link.utilization >= threshold - 1e-9}
     if not hot:
