@@ -21,6 +21,12 @@ class Runtime(Protocol):
 
     def apply(self, change: Change) -> None: ...
 
+    def hand_over(self, change: Change, seeds: Mapping[str, str]) -> dict[str, Any]:
+        """Apply ``change`` so that its new tasks continue, from a cut of their inputs, the work (and, per
+        ``seeds``: new task -> running task, the state) of the tasks they replace: nothing lost or written
+        twice. Used by re-placement; raises :class:`runtime.exceptions.RuntimeFailure` having left things as they were."""
+        ...
+
     def reconcile(self, tasks: Mapping[str, TaskSpec]) -> None: ...
 
     def restore(self, tasks: Mapping[str, TaskSpec]) -> None:

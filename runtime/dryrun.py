@@ -51,6 +51,11 @@ class DryRunRuntime:
         except redis.RedisError as error:
             raise RuntimeFailure(f"dry-run runtime could not record {change.reason}: {error}") from error
 
+    def hand_over(self, change: Change, seeds: Mapping[str, str]) -> dict[str, Any]:
+        """Nothing runs, so nothing is cut: the change is recorded like any other."""
+        self.apply(change)
+        return {"paused": [], "cut": {}, "seeded": sorted(seeds), "seeded_from": dict(seeds)}
+
     def reconcile(self, tasks: Mapping[str, TaskSpec]) -> None:
         deployed = self.deployed()
         extra = [task_id for task_id in deployed if task_id not in tasks]

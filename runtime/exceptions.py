@@ -72,3 +72,15 @@ class DefragmentationFailed(RuntimeFailure):
     """A group of queries could not be run as one; the group runs as it did before."""
 
     code = "DEFRAGMENTATION_FAILED"
+
+
+class CutNotReached(RuntimeFailure):
+    """Queries bound at a cut did not process exactly up to it (one died, or time ran out)."""
+
+    code = "CUT_NOT_REACHED"
+
+
+class HandOverFailed(RuntimeFailure):
+    """Tasks could not be handed over to their new places at a cut; everything runs as it did before."""
+
+    code = "HAND_OVER_FAILED"

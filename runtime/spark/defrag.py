@@ -4,13 +4,9 @@ Merges never restart a running query, so over many merges and unmerges
 queries accumulate that one query could run (:func:`runtime.spark.layout.mergeable`
 finds them). :func:`merge_queries` hands a group over to one new query:
 
-1. **cut**: the end offsets of every topic the group reads from outside
-   become a bound next to each query's checkpoint; the ``sana_kafka`` source
-   reads no further while the bound exists. A batch planned before its bound
-   was written may have read past the cut: the cut moves up to it.
-2. **drain**: every query processes exactly up to the cut and the taps
-   between them to their ends, with nothing in flight, on two passes in a
-   row that saw the same targets.
+1. **cut** and 2. **drain**: :mod:`runtime.spark.cut` bounds every topic the
+   group reads from outside at its end and waits until every query processed
+   exactly up to the bound and the taps between them to their ends.
 3. **hand over**: the queries stop (nothing in flight, nothing left to
    read), and one query starts from the cut, seeded with their driver
    states (keyed operators, replay memory) and their keyed operators' worker
@@ -25,23 +21,21 @@ owns the group's work (if it died, the supervisor restarts it).
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
-from runtime.broker.offsets import probe_consumer, topic_end_offsets
+from runtime.broker.offsets import probe_consumer
 from runtime.exceptions import DefragmentationFailed
-from runtime.spark.fragment import REPLAYS_KEY, FragmentQuery
+from runtime.spark.cut import drain, set_bounds, topic_ends
+from runtime.spark.fragment import REPLAYS_KEY, FragmentQuery, StateCopy
 from runtime.spark.layout import internal_topics, layouts
 
 if TYPE_CHECKING:
     from runtime.spark.runtime import SparkRuntime
 
 log = logging.getLogger("sana.runtime.defrag")
-
-Offsets = dict[str, dict[str, int]]
 
 
 def merge_queries(runtime: "SparkRuntime", group: list[str], timeout_s: float) -> dict[str, Any]:
@@ -62,24 +56,25 @@ def merge_queries(runtime: "SparkRuntime", group: list[str], timeout_s: float) -
     stopped = switched = False
     record: dict[str, Any] = {}
     try:
-        cut = _ends(consumer, bounded)
-        _set_bounds(old, cut)
-        _drain(old, cut, inside, consumer, timeout_s, max(0.2, min(1.0, runtime.trigger_s / 2)))
+        cut = topic_ends(consumer, bounded)
+        set_bounds(old, cut)
+        drain(old, cut, inside, consumer, timeout_s, max(0.2, min(1.0, runtime.trigger_s / 2)))
         for query in old:
             query.stop()
         stopped = True
         states: dict[str, Any] = {}
-        saved = []
+        copies = []
         for query in old:
             version, own = query.saved_states()
-            saved.append((query, version))
             for key, value in own.items():
                 states[key] = {**states.get(key, {}), **value} if key == REPLAYS_KEY else value
+                if key != REPLAYS_KEY and version is not None:
+                    copies.append(StateCopy(query, key, version, key))
         record = {"id": new_id, "site": plan.tasks[0].site, "fragments": sorted({task.fragment for task in plan.tasks}),
                   "inputs": {topic: cut[topic] for topic in sorted(plan.input_topics)}, "created_at": time.time(),
                   "batch_base": 1, "merged_from": group}
         new_query = runtime._make_query(record)
-        new_query.seed(states, saved)
+        new_query.seed(states, copies)
         runtime._switch_records(add=record, remove=group)
         switched = True
         new_query.set_plan(runtime._query_plan(plan))
@@ -108,54 +103,6 @@ def merge_queries(runtime: "SparkRuntime", group: list[str], timeout_s: float) -
     runtime._delete_unused_topics(internal_topics(plans.values()))
     log.info("defragmentation: %s now run as %s", group, new_id)
     return {"queries": group, "into": new_id, "fragments": record["fragments"]}
-
-
-def _ends(consumer, topics: set[str]) -> Offsets:
-    """End offsets of ``topics``; raises :class:`DefragmentationFailed` if the broker did not answer for one."""
-    ends = topic_end_offsets(consumer, sorted(topics)) if topics else {}
-    missing = topics - set(ends)
-    if missing:
-        raise DefragmentationFailed(f"no end offsets for {sorted(missing)}")
-    return {topic: {str(partition): int(offset) for partition, offset in parts.items()} for topic, parts in ends.items()}
-
-
-def _set_bounds(queries: list[FragmentQuery], cut: Offsets) -> None:
-    for query in queries:
-        query.set_bound({topic: cut[topic] for topic in query.inputs if topic in cut})
-
-
-def _drain(queries: list[FragmentQuery], cut: Offsets, inside: set[str], consumer, timeout_s: float,
-           pause_s: float) -> None:
-    """Wait until every query processed its bounded inputs up to ``cut`` and the taps between them to their ends."""
-    deadline = time.monotonic() + timeout_s
-    previous = None
-    while time.monotonic() < deadline:
-        for query in queries:
-            if not query.alive():
-                raise DefragmentationFailed(f"query {query.id} died while draining: {query.error()}")
-        ends = _ends(consumer, inside)  # before the progress: a tap that grows after this is seen next pass
-        processed = {query.id: query.processed() for query in queries}
-        idle = all(query.idle() for query in queries)
-        raised = False
-        for done in processed.values():
-            for topic, parts in done.items():
-                for partition, offset in parts.items():
-                    if topic in cut and offset > cut[topic].get(partition, offset):
-                        cut[topic][partition] = offset  # read before its bound was written: the cut moves there
-                        raised = True
-        if raised:
-            _set_bounds(queries, cut)
-        target = {**cut, **ends}
-        reached = not raised and idle and all(
-            processed[query.id].get(topic, {}).get(partition) == offset
-            for query in queries for topic in query.inputs for partition, offset in target[topic].items()
-        )
-        snapshot = json.dumps(target, sort_keys=True) if reached else None
-        if snapshot is not None and snapshot == previous:
-            return
-        previous = snapshot
-        time.sleep(pause_s)
-    raise DefragmentationFailed(f"queries {[query.id for query in queries]} did not reach the cut within {timeout_s:.0f} s")
 
 
 def _undo(runtime: "SparkRuntime", group: list[str], old: list[FragmentQuery], new_query: FragmentQuery | None,

@@ -84,6 +84,16 @@ class BatchStats:
     at: float
 
 
+@dataclass(frozen=True)
+class StateCopy:
+    """Keyed worker state to seed a query with: ``task``'s state in ``query`` at ``version``, as ``as_task``."""
+
+    query: "FragmentQuery"
+    task: str
+    version: int
+    as_task: str
+
+
 class FragmentQuery:
     """A Spark query hosting fragments; ``inputs`` are its topics and their start offsets."""
 
@@ -470,19 +480,14 @@ class FragmentQuery:
         """The version and the driver states saved after the last batch (keyed operators, replay memory)."""
         return self._store.load_before(1 << 62)
 
-    def seed(self, states: Mapping[str, Any], previous: list[tuple["FragmentQuery", int | None]]) -> None:
-        """Start from ``states`` and from the keyed state of ``previous`` queries at their saved versions.
+    def seed(self, states: Mapping[str, Any], copies: list["StateCopy"]) -> None:
+        """Start from ``states`` (driver states by task id) and from the keyed worker state ``copies`` name.
 
         Called before the first batch; the seed is version ``batch_base - 1``.
         """
         version = self.batch_base - 1
-        for query, saved in previous:
-            if saved is None:
-                continue
-            own = query.saved_states()[1]
-            for task_id in own:
-                if task_id != REPLAYS_KEY:
-                    query._worker_store.copy_version(task_id, saved, self._worker_store, version)
+        for copy in copies:
+            copy.query._worker_store.copy_version(copy.task, copy.version, self._worker_store, version, copy.as_task)
         self._store.save(version, dict(states))
 
     # -- metrics -------------------------------------------------------------------

@@ -38,6 +38,7 @@ from runtime.costs import CostMeter, QueryCounters
 from runtime.broker.topics import Topics
 from runtime.plan import Change, TaskSpec
 from runtime.spark.defrag import merge_queries
+from runtime.spark.handover import HandOver, hand_over
 from runtime.spark.fragment import FragmentQuery, QueryPlan
 from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts, mergeable
 from runtime.spark.reshape import ReshapeSettings
@@ -271,6 +272,22 @@ class SparkRuntime:
             )
         return counters
 
+    # -- re-placement ---------------------------------------------------------------------------
+
+    def hand_over(self, change: Change, seeds: Mapping[str, str], timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any]:
+        """Apply ``change`` at a cut of its inputs: its new tasks continue exactly where the stopped ones stopped.
+
+        ``seeds`` maps a new task onto the running task whose state it starts
+        with (the one it replaces, or the shared one it copies). See
+        :mod:`runtime.spark.handover`; raises :class:`HandOverFailed` having left things as they were.
+        """
+        if change.empty:
+            return {"paused": [], "cut": {}, "seeded": []}
+        with self._lock:
+            if self._records is None:
+                self._records = self._load_records()
+            return hand_over(self, change, seeds, timeout_s)
+
     # -- defragmentation ---------------------------------------------------------------------
 
     def defragment(self, timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any]:
@@ -315,14 +332,16 @@ class SparkRuntime:
 
     # -- converging ------------------------------------------------------------------------
 
-    def _converge(self, desired: dict[str, TaskSpec], reason: str, rollback: bool) -> None:
+    def _converge(self, desired: dict[str, TaskSpec], reason: str, rollback: bool,
+                  handing_over: "HandOver | None" = None) -> None:
+        """Make what runs equal ``desired``; with ``handing_over``, new queries start at its cut, seeded by it."""
         if self._records is None:
             self._records = self._load_records()
         records = self._records
         old = (dict(self.tasks), dict(self.host), {q: query.plan for q, query in self.queries.items()})
         query_sites = {query_id: record.get("site") for query_id, record in records.items()}
         host = assign_hosts(desired, {f: q for f, q in self.host.items() if any(t.fragment == f for t in desired.values())},
-                            query_sites, self._new_query_id, self.hosting)
+                            query_sites, self._new_query_id, self.hosting and handing_over is None)
         plans = layouts(desired, host, self.prefix)
         created_topics: list[str] = []
         started: list[FragmentQuery] = []
@@ -336,7 +355,7 @@ class SparkRuntime:
             for query_id, plan in plans.items():
                 record = records.get(query_id)
                 if record is None:
-                    record = self._new_record(query_id, plan, set(created_topics))
+                    record = self._new_record(query_id, plan, set(created_topics), handing_over)
                     records[query_id] = record
                     new_records.append(query_id)
                 missing = plan.input_topics - set(record["inputs"])
@@ -351,6 +370,8 @@ class SparkRuntime:
                 live = self._query_plan(plan)
                 if query is None:
                     query = self._make_query(records[query_id])
+                    if handing_over is not None:
+                        handing_over.seed(query, plan)
                     query.set_plan(live)
                     query.start()
                     self.queries[query_id] = query
@@ -433,8 +454,13 @@ class SparkRuntime:
             batch_base=int(record.get("batch_base", 0)),
         )
 
-    def _new_record(self, query_id: str, plan: QueryLayout, fresh_topics: set[str]) -> dict[str, Any]:
-        """A query's record: the offsets it starts from are fixed now (records produced later are read)."""
+    def _new_record(self, query_id: str, plan: QueryLayout, fresh_topics: set[str],
+                    handing_over: "HandOver | None" = None) -> dict[str, Any]:
+        """A query's record: the offsets it starts from are fixed now (records produced later are read).
+
+        A query started by a hand-over starts at the hand-over's cut instead, one batch
+        id up (it is seeded with the state at the cut: :mod:`runtime.spark.handover`).
+        """
         topics = sorted(plan.input_topics)
         consumer = probe_consumer(self.bootstrap)
         try:
@@ -447,7 +473,10 @@ class SparkRuntime:
                 raise RuntimeFailure(f"topic {topic!r} has no partitions at {self.bootstrap}")
             inputs[topic] = {str(p): (0 if topic in fresh_topics else offset) for p, offset in ends[topic].items()}
         site = plan.tasks[0].site if plan.tasks else None
-        return {"id": query_id, "site": site, "fragments": [], "inputs": inputs, "created_at": time.time()}
+        record = {"id": query_id, "site": site, "fragments": [], "inputs": inputs, "created_at": time.time()}
+        if handing_over is not None:
+            record.update(inputs=handing_over.starts(query_id, inputs, fresh_topics), batch_base=1)
+        return record
 
     def _new_query_id(self, fragment: str) -> str:
         number = self.redis.incr(self._counter_key)

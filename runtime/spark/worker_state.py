@@ -115,12 +115,14 @@ class WorkerStateStore:
             return None
         return json.loads(metadata[META_KEY]) if META_KEY in metadata else None
 
-    def copy_version(self, operator: str, version: int, target: "WorkerStateStore", as_version: int) -> int:
+    def copy_version(self, operator: str, version: int, target: "WorkerStateStore", as_version: int,
+                     as_operator: str | None = None) -> int:
         """Copy version ``version`` of every worker of ``operator`` into ``target`` as ``as_version``.
 
-        How a defragmentation hands a keyed task's state to the query that takes
-        it over; returns the number of workers copied. Raises ``LookupError`` if
-        a worker has no such version (its state would not match the driver's).
+        How a defragmentation or a hand-over gives a keyed task's state to the
+        query that takes it over (under the name ``as_operator``, by default the
+        same); returns the number of workers copied. Raises ``LookupError`` if a
+        worker has no such version (its state would not match the driver's).
         """
         fs, base = _filesystem(self.root)
         selector = pafs.FileSelector(f"{base}/{operator_dir(operator)}", allow_not_found=True)
@@ -132,7 +134,7 @@ class WorkerStateStore:
             found, table = self.load_before(operator, worker, version + 1)
             if found != version:
                 raise LookupError(f"keyed operator {operator}: worker {worker} has no state version {version} (newest {found})")
-            target.save(operator, worker, as_version, table, self.meta(operator, worker, version) or {})
+            target.save(as_operator or operator, worker, as_version, table, self.meta(operator, worker, version) or {})
             copied += 1
         return copied
 
