@@ -10,6 +10,9 @@
 - ``GET /wan/replacement?utilization=U``: what re-placement would do now (Sana section 6): the links at
   or above utilization U and, for each dataflow with a stream over one, the tasks that would move or
   stop sharing. A plan only: ``executed`` is false, nothing changes (docs/wan.md, "Re-placement").
+- ``POST /wan/replacement?utilization=U``: carry that plan out now: the runtime hands the moved work
+  over at a cut (nothing lost or written twice), the dataflows keep their ids; ``executed`` is true.
+  502 ``DEPLOY_FAILED`` if the runtime could not (nothing changed).
 """
 
 from __future__ import annotations
@@ -65,3 +68,9 @@ def get_wan_links(request: Request) -> dict[str, Any]:
 def get_wan_replacement(request: Request, utilization: float = Query(0.95, gt=0, le=10)) -> dict[str, Any]:
     """The dataflows re-placement would re-plan at this utilization threshold, and what would move (a plan only)."""
     return _manager(request).replacement(utilization)
+
+
+@router.post("/wan/replacement", responses={**_ERRORS, 502: {"description": "The runtime failed; nothing changed"}})
+def post_wan_replacement(request: Request, utilization: float = Query(0.95, gt=0, le=10)) -> dict[str, Any]:
+    """Re-place now: the dataflows crossing links at or above this utilization are re-planned and their work handed over."""
+    return _manager(request).replace(utilization)

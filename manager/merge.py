@@ -111,7 +111,7 @@ def isolated(flow: Dataflow, salt: str) -> Dataflow:
 
 
 def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool = True,
-               measured: Mapping[str, float] | None = None) -> MergePlan:
+               measured: Mapping[str, float] | None = None, dataflow_id: str | None = None) -> MergePlan:
     """Plan the submission of a validated dataflow.
 
     Without a WAN configuration each task is looked up by signature (among
@@ -129,9 +129,13 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
     With ``sharing`` off nothing already running is reused (see :func:`isolated`).
     ``measured`` (running task id -> output Mbps the runtime measured) replaces the
     estimates the optimizer plans with, where it has them (:mod:`manager.traffic`).
+    ``dataflow_id`` plans a dataflow that keeps its id (re-placement plans a running
+    dataflow again); by default the next id is taken.
     """
+    next_dataflow = state.next_dataflow + (dataflow_id is None)
+    dataflow_id = dataflow_id or f"df-{state.next_dataflow}"
     if not sharing:
-        flow = isolated(flow, f"df-{state.next_dataflow}")
+        flow = isolated(flow, dataflow_id)
     reuse = plan_reuse(state, flow, measured)
     if state.wan is None:
         assignment = assign_by_locality(reuse.query, reuse.reused, state.tasks)
@@ -157,7 +161,6 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
     )
     new_task_dag, relabel, next_dag = _merge_dags(state, new_tasks, set(task_map.values()))
 
-    dataflow_id = f"df-{state.next_dataflow}"
     sinks = {
         sink_id: {"running_task": task_map[sink_id], "topic": flow.tasks[sink_id].config["topic"]}
         for sink_id in flow.sinks
@@ -182,7 +185,7 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
         new_task_dag=new_task_dag,
         relabel=relabel,
         boundary=boundary,
-        next_dataflow=state.next_dataflow + 1,
+        next_dataflow=next_dataflow,
         next_dag=next_dag,
         signature_index=index,
         placement=placement,

@@ -9,10 +9,12 @@ dataflows use stay where they are; what changes is the dataflow's own work (a
 share the hot link no longer carries becomes a copy at another site, a task
 moves to a site the hot link does not feed).
 
-This module only plans: :func:`plan_replacement` works on a copy of the state
-and returns what would change. Carrying it out needs the runtime to move
-running tasks at a cut of their inputs, so that no record is lost or written
-twice, and that path is not built (docs/wan.md, "Re-placement").
+The dataflows keep their ids. :func:`plan_replacement` works on copies of the
+state and returns a :class:`Replacement`: the report (what would change and
+why), the state after it, and the change that gets there with the state each
+new task takes over (``seeds``). The manager carries it out through the
+runtime's hand-over at a cut (:mod:`runtime.spark.handover`), so nothing is
+lost or written twice, and commits the state after it in one transaction.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from manager.merge import apply_merge, apply_unmerge, plan_merge, plan_unmerge
-from manager.state import State
+from manager.state import State, parents_first
 from manager.traffic import link_loads_in_use
 from manager.validate import parse_dataflow
+from runtime.plan import Change
 from sana.errors import SanaError
 from wan_sim.monitor import WanMonitor
 
@@ -50,8 +53,19 @@ def crossing_dataflows(state: State, links: set[tuple[str, str]]) -> dict[str, s
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class Replacement:
+    """What re-placement does now: ``report`` (for the API), the state ``after`` it, and the ``change`` from
+    the state before to it, with ``seeds`` (new running task -> the running task whose state it takes over)."""
+
+    report: dict[str, Any]
+    after: State
+    change: Change
+    seeds: dict[str, str]
+
+
 def plan_replacement(state: State, measured: Mapping[str, float], threshold: float,
-                     sharing: bool = True) -> dict[str, Any]:
+                     sharing: bool = True) -> Replacement:
     """What re-placement would do now: the hot links and, per dataflow crossing one, the tasks that would move.
 
     ``state`` is not changed. ``measured`` maps running task ids onto the Mbps the runtime measured them
@@ -62,6 +76,7 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
     crossing = crossing_dataflows(state, {(row["from"], row["to"]) for row in hot})
     work = state  # each dataflow is planned on a copy of it, which becomes ``work`` once it succeeds
     dataflows = []
+    seeds: dict[str, str] = {}
     for dataflow_id in sorted(crossing, key=lambda name: int(name.rsplit("-", 1)[-1])):
         flow = work.dataflows[dataflow_id]
         entry: dict[str, Any] = {"dataflow": dataflow_id, "name": flow.name,
@@ -71,19 +86,37 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
         try:
             apply_unmerge(trial, plan_unmerge(trial, dataflow_id))
             parsed = dataclasses.replace(parse_dataflow(flow.document), owner=flow.owner)
-            plan = plan_merge(trial, parsed, flow.submitted_at, sharing=sharing, measured=measured)
+            plan = plan_merge(trial, parsed, flow.submitted_at, sharing=sharing, measured=measured,
+                              dataflow_id=dataflow_id)
         except SanaError as error:
             dataflows.append({**entry, "moves": [], "error": error.to_dict()})
             continue
         apply_merge(trial, plan)
-        work = trial
         moves = []
         for task, (running, site) in sorted(before.items()):
             now = plan.dataflow.tasks[task]
-            now_site = work.tasks[now].site
+            now_site = trial.tasks[now].site
+            if now in trial.tasks and trial.tasks[now] != work.tasks.get(now):
+                seeds[now] = seeds.get(running, running)  # a task started twice continues the first one's state
             if (now, now_site) != (running, site):
                 moves.append({"task": task,
                               "from": {"running_task": running, "site": site, "shared": len(state.users[running]) > 1},
                               "to": {"running_task": now, "site": now_site, "new": now not in state.tasks}})
+        work = trial
         dataflows.append({**entry, "moves": moves, "not_shared": list(plan.not_shared)})
-    return {"threshold": threshold, "hot_links": hot, "dataflows": dataflows, "executed": False}
+    change = running_change(state, work, reason=f"re-place {len(dataflows)} dataflow(s) over "
+                                                 f"{', '.join(sorted({link for row in dataflows for link in row['links']}))}")
+    started = {spec.id for spec in change.start}
+    seeds = {task: source for task, source in seeds.items() if task in started and source in state.tasks}
+    report = {"threshold": threshold, "hot_links": hot, "dataflows": dataflows, "executed": False,
+              "start": sorted(started), "stop": sorted(spec.id for spec in change.stop)}
+    return Replacement(report, work, change, seeds)
+
+
+def running_change(before: State, after: State, reason: str) -> Change:
+    """The change from ``before``'s running tasks to ``after``'s: a task whose spec differs stops and starts."""
+    gone = [task_id for task_id, spec in before.tasks.items() if after.tasks.get(task_id) != spec]
+    new = {task_id: spec for task_id, spec in after.tasks.items() if before.tasks.get(task_id) != spec}
+    stop = [before.tasks[task_id] for task_id in reversed(parents_first({t: before.tasks[t] for t in gone}))]
+    start = [new[task_id] for task_id in parents_first(new)]
+    return Change(start=tuple(start), stop=tuple(stop), reason=reason)

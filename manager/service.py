@@ -28,7 +28,7 @@ from manager import merge
 from manager.costs import attribute
 from manager.exceptions import DataflowNotFound, DeployFailed, LimitExceeded, ServiceFull, StateUnavailable
 from manager.model import Dataflow
-from manager.replacement import plan_replacement
+from manager.replacement import hot_links, plan_replacement
 from manager.state import State, SubmittedDataflow
 from manager.store import StaleState, Store
 from manager.traffic import basis, link_loads_in_use, measured_mbps
@@ -37,7 +37,7 @@ from runtime.base import Runtime
 from runtime.exceptions import RuntimeFailure
 from runtime.plan import TaskSpec
 from sana.failpoints import fail_point
-from wan_sim.exceptions import WanConfigInvalid, WanNotConfigured
+from wan_sim.exceptions import WanNotConfigured
 from wan_sim.monitor import WanMonitor
 from wan_sim.topology import WanConfig, load_wan_config, parse_wan_config
 
@@ -166,6 +166,9 @@ class Manager:
         self._changing = threading.RLock()  # submit, remove, defragment: one at a time; reads only take _mutex
         self._loaded = False
         self._started = False
+        self._closing = threading.Event()
+        self.link_watch: threading.Thread | None = None
+        self.last_replacement: dict[str, Any] | None = None  # what the automatic re-placement did last
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -184,6 +187,8 @@ class Manager:
             if self.state.wan is None or self.state.wan.to_dict() != wan.to_dict():
                 log.info("applying the WAN configuration in %s", self.wan_config)
                 self._commit_wan(wan)
+        if self.state.wan is not None and self.state.wan.replace_above is not None:
+            self._watch_links()
         self._started = True
 
     def _finish_interrupted(self, pending: dict[str, Any]) -> None:
@@ -210,6 +215,7 @@ class Manager:
             self.start()
 
     def close(self) -> None:
+        self._closing.set()
         self.runtime.close()
 
     # -- changes -----------------------------------------------------------------
@@ -270,7 +276,8 @@ class Manager:
     def set_wan(self, document: dict[str, Any] | str | bytes | None) -> WanConfig | None:
         """Validate and store a WAN configuration (None removes it); it governs the submits that follow.
 
-        Running tasks are not moved or restarted. Raises
+        Running tasks are not moved or restarted by the change itself; with ``replacement`` in it, a
+        thread re-places them whenever a link reaches that utilization (:meth:`replace`). Raises
         :class:`~wan_sim.exceptions.WanConfigInvalid` naming the field at fault.
         """
         wan = None if document is None else parse_wan_config(document)
@@ -280,13 +287,42 @@ class Manager:
         return wan
 
     def _commit_wan(self, wan: WanConfig | None) -> None:
-        if wan is not None and wan.replace_above is not None:
-            raise WanConfigInvalid("replacement: re-placement runs in the WAN simulator only; the service cannot move "
-                                   "running tasks yet (docs/wan.md, \"Re-placement when a link degrades\")",
-                                   culprit={"field": "replacement"})
         version = self.store.commit_wan(wan, self.state)
         self.state.set_wan(wan)
         self.state.version = version
+        if wan is not None and wan.replace_above is not None:
+            self._watch_links()
+
+    # -- re-placement when a link runs hot ------------------------------------------
+
+    def _watch_links(self) -> None:
+        """Start the thread that re-places when a link reaches the configured utilization (once per manager)."""
+        if self.link_watch is None or not self.link_watch.is_alive():
+            self.link_watch = threading.Thread(target=self._watch_loop, name="sana-link-watch", daemon=True)
+            self.link_watch.start()
+
+    def _watch_loop(self) -> None:
+        """Every ``check_every_s`` of the WAN configuration's ``replacement``: if a link's utilization (measured
+        where measured) is at or above its ``utilization``, re-place (:meth:`replace`). Ends when the WAN
+        configuration no longer asks for it; a failed round is logged and the next one tries again."""
+        while True:
+            wan = self.state.wan
+            if wan is None or wan.replace_above is None or self._closing.wait(wan.check_every_s):
+                return
+            try:
+                state = self.snapshot()
+                if state.wan is None or state.wan.replace_above is None:
+                    return
+                if not hot_links(state, self._measured(), state.wan.replace_above):
+                    continue
+                report = self.replace(state.wan.replace_above)
+                self.last_replacement = {**report, "at": self.clock()}
+                if report["start"] or report["stop"]:
+                    log.warning("link(s) %s at or above %.0f %% utilization: re-placed %s",
+                                [f"{row['from']} -> {row['to']}" for row in report["hot_links"]],
+                                100 * state.wan.replace_above, [row["dataflow"] for row in report["dataflows"]])
+            except Exception:  # Redis or the runtime down, a plan that failed: nothing changed; try again next round
+                log.exception("automatic re-placement failed")
 
     def wan(self) -> dict[str, Any]:
         """The WAN configuration with every link's load, spare bandwidth and utilization (``GET /wan``).
@@ -341,12 +377,57 @@ class Manager:
         measured = self._measured()
         with self._guard(), self._mutex:
             self._sync()
-            if self.state.wan is None:
-                raise WanNotConfigured("no WAN configuration: nothing is placed by bandwidth, so nothing re-placed")
+            self._require_wan()
             state = copy.deepcopy(self.state)
-        result = plan_replacement(state, measured, utilization, sharing=self.sharing)
+        result = plan_replacement(state, measured, utilization, sharing=self.sharing).report
         result["basis"] = _streams_basis(state, measured)
         return result
+
+    def replace(self, utilization: float) -> dict[str, Any]:
+        """Carry re-placement out now (``POST /wan/replacement``): the plan of :meth:`replacement`, executed.
+
+        The runtime hands the work over at a cut (nothing lost or written twice) and the state after
+        it is committed in one transaction; the dataflows keep their ids. If the runtime fails,
+        nothing changed and :class:`DeployFailed` says why; if the commit fails, the hand-over is undone.
+        """
+        self._ensure_started()
+        measured = self._measured()
+        with self._guard(), self._changing, self._mutex, self.store.lock():
+            self._sync()
+            self._require_wan()
+            planned = plan_replacement(self.state, measured, utilization, sharing=self.sharing)
+            report = {**planned.report, "basis": _streams_basis(self.state, measured), "executed": True}
+            if planned.change.empty:
+                return report
+            inverse = {source: task for task, source in planned.seeds.items()}
+            self.store.mark_pending({"kind": "replace", "reason": planned.change.reason,
+                                     "start": report["start"], "stop": report["stop"]})
+            try:
+                report["hand_over"] = self.runtime.hand_over(planned.change, planned.seeds)
+            except RuntimeFailure as failure:
+                self._forget_pending()
+                raise DeployFailed(f"{planned.change.reason}: the runtime failed, nothing changed: {failure.message}",
+                                   culprit={"dataflows": [row["dataflow"] for row in report["dataflows"]]}) from failure
+            try:
+                version = self.store.commit_state(planned.after, self.state)
+            except (redis.RedisError, StaleState) as error:
+                log.error("commit of %s failed (%s); handing the work back", planned.change.reason, error)
+                try:
+                    self.runtime.hand_over(planned.change.inverse(), inverse)
+                except RuntimeFailure:
+                    log.exception("handing back %s failed; the next start reconciles it", planned.change.reason)
+                self._loaded = False
+                if isinstance(error, _REDIS_DOWN):
+                    raise
+                raise DeployFailed(f"{planned.change.reason}: the state changed underneath, nothing changed: {error}") from error
+            self.state = planned.after
+            self.state.version = version
+        log.info("re-placement at utilization >= %s: started %s, stopped %s", utilization, report["start"], report["stop"])
+        return report
+
+    def _require_wan(self) -> None:
+        if self.state.wan is None:
+            raise WanNotConfigured("no WAN configuration: nothing is placed by bandwidth, so nothing re-placed")
 
     def _measured(self) -> dict[str, float]:
         """Output Mbps the runtime measured per running task (empty without a WAN or a measuring runtime)."""

@@ -233,24 +233,27 @@ class Store:
 
     def write_all(self, state: State) -> int:
         """Rewrite the whole state (Redis came back empty while we still hold it)."""
+        return self._commit(None, lambda pipe: self._write_everything(pipe, state), expect_missing=True)
 
-        def write(pipe: redis.client.Pipeline) -> None:
-            for key in (self.dataflows, self.tasks, self.signatures, self.refcounts, self.task_dag, self.wan, self.wan_notes):
-                pipe.delete(key)
-            if state.wan is not None:
-                pipe.set(self.wan, json.dumps(state.wan.to_dict()))
-            if state.not_shared:
-                pipe.hset(self.wan_notes, mapping={tid: json.dumps(notes) for tid, notes in state.not_shared.items()})
-            if state.tasks:
-                pipe.hset(self.tasks, mapping={tid: json.dumps(spec.to_dict()) for tid, spec in state.tasks.items()})
-                pipe.hset(self.signatures, mapping=dict(state.by_signature))
-                pipe.hset(self.refcounts, mapping={tid: len(users) for tid, users in state.users.items()})
-                pipe.hset(self.task_dag, mapping=dict(state.dag_of))
-            if state.dataflows:
-                pipe.hset(self.dataflows, mapping={fid: json.dumps(flow.to_dict()) for fid, flow in state.dataflows.items()})
-            pipe.hset(self.meta, mapping={"next_dataflow": state.next_dataflow, "next_dag": state.next_dag})
+    def commit_state(self, after: State, before: State) -> int:
+        """Replace the state with ``after`` in one transaction (re-placement); ``before`` is the state it was planned against."""
+        return self._commit(before.version, lambda pipe: self._write_everything(pipe, after))
 
-        return self._commit(None, write, expect_missing=True)
+    def _write_everything(self, pipe: redis.client.Pipeline, state: State) -> None:
+        for key in (self.dataflows, self.tasks, self.signatures, self.refcounts, self.task_dag, self.wan, self.wan_notes):
+            pipe.delete(key)
+        if state.wan is not None:
+            pipe.set(self.wan, json.dumps(state.wan.to_dict()))
+        if state.not_shared:
+            pipe.hset(self.wan_notes, mapping={tid: json.dumps(notes) for tid, notes in state.not_shared.items()})
+        if state.tasks:
+            pipe.hset(self.tasks, mapping={tid: json.dumps(spec.to_dict()) for tid, spec in state.tasks.items()})
+            pipe.hset(self.signatures, mapping=dict(state.by_signature))
+            pipe.hset(self.refcounts, mapping={tid: len(users) for tid, users in state.users.items()})
+            pipe.hset(self.task_dag, mapping=dict(state.dag_of))
+        if state.dataflows:
+            pipe.hset(self.dataflows, mapping={fid: json.dumps(flow.to_dict()) for fid, flow in state.dataflows.items()})
+        pipe.hset(self.meta, mapping={"next_dataflow": state.next_dataflow, "next_dag": state.next_dag})
 
     def commit_wan(self, wan: WanConfig | None, state: State) -> int:
         """Store a new WAN configuration (None removes it); ``state`` is the state it was checked against."""

@@ -42,11 +42,17 @@ def test_wan_configuration_round_trip_and_link_loads(client):
     assert {(row["from"], row["to"]) for row in plan["hot_links"]} == {("src", "P"), ("src", "H2")}
     assert [entry["moves"] for entry in plan["dataflows"]] == [[], []], "nothing better to move to"
     assert plan["executed"] is False
+    done = client.post("/wan/replacement", params={"utilization": 0.1})
+    assert done.status_code == 200, done.text
+    # planned again the same: nothing is stopped or started (no task restarts for a plan that did not change)
+    assert (done.json()["executed"], done.json()["start"], done.json()["stop"]) == (True, [], [])
+    assert client.get(f"/dataflows/{second['id']}").json()["tasks"] == second["tasks"]
     bad = client.get("/wan/replacement", params={"utilization": 0})
     assert bad.status_code == 422 and "utilization" in bad.text
     assert client.delete("/wan").json() == {"configured": False}
     assert client.get("/wan/links").status_code == 404
     assert client.get("/wan/replacement").status_code == 404
+    assert client.post("/wan/replacement").status_code == 404
 
 
 @pytest.mark.redis

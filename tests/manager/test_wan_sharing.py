@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -174,6 +175,10 @@ def test_measured_traffic_replaces_the_estimates_in_the_links_and_in_the_decisio
 
 
 def test_replacement_plans_to_unshare_what_a_hot_link_no_longer_carries(redis_client, state_prefix):
+    planned_unsharing(redis_client, state_prefix)
+
+
+def planned_unsharing(redis_client, state_prefix):
     """The filter at P is shared towards H2 while the runtime measures it at 2 Mbps (P -> H2 has 5). When it is
     measured at 6 Mbps the link is over capacity: re-placement would give the dataflow at H2 its own filter at
     H2 (reading the raw stream over src -> H2), and leave the other dataflow alone. Nothing changes meanwhile."""
@@ -209,6 +214,35 @@ def test_replacement_plans_to_unshare_what_a_hot_link_no_longer_carries(redis_cl
     assert entry["not_shared"][0]["needed_mbps"] == 6.0 and entry["not_shared"][0]["available_mbps"] == 5.0
     assert made.state.tasks == before  # a plan only: nothing started or stopped
     assert made.replacement(1.5)["dataflows"] == []  # 1.2 is below this threshold
+    return made, runtime, first, second, first_document
+
+
+def test_replacement_carried_out_unshares_over_the_hot_link_and_keeps_the_dataflow_ids(redis_client, state_prefix):
+    made, runtime, first, second, first_document = planned_unsharing(redis_client, state_prefix)
+    planned = made.replacement(0.95)
+    done = made.replace(0.95)
+    assert done["executed"] is True and done["dataflows"] == planned["dataflows"]
+    copy_at_h2 = planned["dataflows"][0]["moves"][0]["to"]["running_task"]
+    # the dataflow at H2 gets its own filter (seeded from the shared one's state) and a sink reading it
+    assert copy_at_h2 in done["start"] and done["hand_over"]["seeded"]
+    assert set(done["hand_over"]["seeded"]) <= set(done["start"])
+    assert first.tasks["hot"] not in done["stop"], "the other dataflow still uses the filter at P"
+    assert set(made.state.dataflows) == {first.id, second.id}
+    moved = made.state.dataflows[second.id]
+    assert moved.tasks["hot"] == copy_at_h2 and made.state.tasks[copy_at_h2].site == "H2"
+    assert made.state.dataflows[first.id].tasks == first.tasks
+    check_wan_state(made.state, {first.id: first_document, second.id: hot("b", "H2", "two")})
+    assert set(runtime.deployed()) == set(made.state.tasks)
+    assert runtime.log(1)[0]["reason"].startswith("re-place 1 dataflow(s) over P -> H2")
+    # the state committed to Redis is the one in memory: a manager started on it sees the same
+    again = Manager(redis_client, state_prefix, MeasuringRuntime(redis_client, state_prefix))
+    again.start()
+    assert again.state.tasks == made.state.tasks and again.state.dataflows[second.id].tasks == moved.tasks
+    assert again.state.link_load == made.state.link_load
+    # P -> H2 carries nothing now: nothing is hot, a second round changes nothing
+    quiet = made.replace(0.95)
+    assert (quiet["hot_links"], quiet["start"], quiet["stop"], quiet["executed"]) == ([], [], [], True)
+    assert made.remove(second.id).terminated  # it is removed like any dataflow, by the id it always had
 
 
 def test_with_bandwidth_to_spare_every_equivalent_task_is_shared(manager):
@@ -231,12 +265,34 @@ def test_an_identical_dataflow_reuses_the_running_sink_whatever_the_bandwidth(ma
     assert result.created == [] and result.not_shared == []
 
 
-def test_the_service_refuses_a_replacement_setting_it_cannot_act_on(manager):
-    with pytest.raises(WanConfigInvalid, match="replacement: re-placement runs in the WAN simulator only") as caught:
-        manager.set_wan({**WAN, "replacement": {"utilization": 0.9}})
-    assert caught.value.culprit == {"field": "replacement"}
-    with pytest.raises(WanNotConfigured):
-        manager.wan()  # nothing changed
+def test_a_replacement_setting_re_places_on_its_own_when_a_link_runs_hot(redis_client, state_prefix):
+    """With ``replacement`` in the WAN configuration, the manager watches the links and re-places by itself."""
+    runtime = MeasuringRuntime(redis_client, state_prefix)
+    made = Manager(redis_client, state_prefix, runtime)
+    made.start()
+    three = json.loads(json.dumps(WAN))
+    three["sites"].append("H3")
+    three["links"] += [{"from": "src", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 30},
+                       {"from": "P", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20},
+                       {"from": "H2", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20}]
+    made.set_wan({**three, "replacement": {"utilization": 0.9, "check_every_s": 0.05}})
+    assert made.wan()["replacement"] == {"utilization": 0.9, "check_every_s": 0.05}
+    document = hot("a", "H3", "one")
+    document["tasks"][1]["site"] = "P"
+    first = made.submit(document)
+    runtime.written = {first.tasks["hot"]: 250_000.0}
+    second = made.submit(hot("b", "H2", "two"))
+    assert second.tasks["hot"] == first.tasks["hot"]
+    runtime.written = {first.tasks["hot"]: 750_000.0}  # 6 Mbps over P -> H2's 5: the watcher acts
+    deadline = time.monotonic() + 30
+    while made.snapshot().dataflows[second.id].tasks["hot"] == first.tasks["hot"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert made.snapshot().tasks[made.state.dataflows[second.id].tasks["hot"]].site == "H2"
+    assert made.last_replacement is not None and made.last_replacement["dataflows"][0]["dataflow"] == second.id
+    made.set_wan(three)  # without ``replacement`` the watcher ends
+    made.link_watch.join(5)
+    assert not made.link_watch.is_alive()
+    made.close()
 
 
 def test_wan_errors_name_the_culprit(manager):

@@ -1,0 +1,107 @@
+"""Re-placement on the Spark runtime: a link degrades, a dataflow's work moves off it at a cut (docs/wan.md).
+
+Nothing is lost or written twice: every sink ends up holding what its dataflow
+run alone writes for all the input, and a window open at the cut keeps what it
+had counted before it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.fixtures.dataflows import source, stream, task
+from tests.fixtures.kafka_io import produce, read_all, values, wait_for
+from tests.fixtures.streams import URBAN, multiset, urban_records
+from tests.runtime.test_keyed import window_reference
+from tests.runtime.test_sharing import raise_dead_queries, wait_sink
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
+
+
+def wan(topic: str, p_to_h2: float) -> dict:
+    """The stream originates at ``src`` (no compute); P, H2 and H3 compute; only P -> H2 is ever short."""
+    links = [("src", "P"), ("src", "H2"), ("src", "H3"), ("P", "H3"), ("H2", "H3")]
+    return {"sites": [{"name": "src", "compute": False}, "P", "H2", "H3"],
+            "links": [{"from": a, "to": b, "bandwidth_mbps": 100, "latency_ms": 10} for a, b in links]
+            + [{"from": "P", "to": "H2", "bandwidth_mbps": p_to_h2, "latency_ms": 20}],
+            "sources": {topic: {"site": "src", "rate_mbps": 16}}, "selectivity": {"filter": 0.5}}
+
+
+def hot_readings(topic: str, sink: str) -> dict:
+    """Readings over 30 degrees, filtered at P, written at H3."""
+    return {"name": "hot-at-h3",
+            "tasks": [source("src", topic, dict(URBAN)), {**task("hot", "filter", expr="temp > 30"), "site": "P"},
+                      {**task("out", "sink", topic=sink), "site": "H3"}],
+            "streams": [stream("src", "hot"), stream("hot", "out")]}
+
+
+def hot_counts(topic: str, sink: str) -> dict:
+    """The same readings counted per sensor in 10 s windows at H2: it shares the filter at P while P -> H2 is wide."""
+    return {"name": "counts-at-h2",
+            "tasks": [source("src", topic, dict(URBAN)), task("hot", "filter", expr="temp > 30"),
+                      {**task("per_sensor", "window_aggregate", keys=["sensor"], time_column="ts", window="10 seconds",
+                              watermark="1 second", aggregates={"n": "count(*)"}), "site": "H2"},
+                      {**task("out", "sink", topic=sink), "site": "H2"}],
+            "streams": [stream("src", "hot"), stream("hot", "per_sensor"), stream("per_sensor", "out")]}
+
+
+def wait_windows(manager, bootstrap: str, topic: str, records: list[dict]) -> None:
+    expected = window_reference([[r for r in records if r["temp"] > 30]], 10, 10, 1, {"n": len})
+    got = wait_for(lambda: (rows := read_all(bootstrap, topic)) and len(rows) >= len(expected) and rows, 90,
+                   f"{len(expected)} windows on {topic}", check=lambda: raise_dead_queries(manager))
+    assert multiset(values(got)) == multiset(expected), "windows differ from the dataflow run alone"
+
+
+def test_a_degraded_link_moves_a_dataflow_off_it_without_loss_or_repeats(manager_factory, kafka_bootstrap,
+                                                                         topic_factory):
+    manager = manager_factory(trigger_s=0.5)
+    manager.runtime.meter.every_s = 1e9  # the links' loads are the configured estimates: what makes P -> H2 hot
+    urban = topic_factory("urban")
+    at_h3, at_h2 = f"{urban}-h3", f"{urban}-h2"
+    manager.set_wan(wan(urban, p_to_h2=50))
+    first = manager.submit(hot_readings(urban, at_h3))
+    second = manager.submit(hot_counts(urban, at_h2))
+    shared = first.tasks["hot"]
+    assert second.tasks["hot"] == shared and second.sites["hot"] == "P", "P -> H2 carries the filtered stream"
+
+    one, two, three = urban_records(0, 300), urban_records(300, 300), urban_records(600, 300)
+    produce(kafka_bootstrap, urban, one)
+    wait_sink(manager, kafka_bootstrap, at_h3, [r for r in one if r["temp"] > 30])
+    wait_windows(manager, kafka_bootstrap, at_h2, one)
+
+    manager.set_wan(wan(urban, p_to_h2=5))  # the link degrades: 8 Mbps estimated over 5
+    assert manager.replacement(0.95)["hot_links"][0]["utilization"] == 1.6
+    produce(kafka_bootstrap, urban, two)  # in flight when the work is handed over ...
+
+    def trickle() -> None:  # ... and three produced while it is: some before the cut, some after
+        for start in range(0, len(three), 10):
+            produce(kafka_bootstrap, urban, three[start:start + 10])
+            time.sleep(0.1)
+
+    producer = threading.Thread(target=trickle)
+    producer.start()
+    done = manager.replace(0.95)
+    producer.join()
+    (entry,) = done["dataflows"]
+    assert entry["dataflow"] == second.id and entry["links"] == ["P -> H2"]
+    moved = manager.snapshot().dataflows[second.id].tasks
+    assert moved["hot"] != shared and manager.state.tasks[moved["hot"]].site == "H2", "its own filter at H2"
+    assert manager.state.dataflows[first.id].tasks == first.tasks, "the other dataflow is left alone"
+    assert moved["per_sensor"] in done["hand_over"]["seeded"], "the window state was handed over"
+    assert 600 <= done["hand_over"]["cut"][urban]["0"] <= 900, "cut after what was produced before the call"
+    assert shared in manager.runtime.tasks and set(manager.runtime.tasks) == set(manager.state.tasks)
+    assert manager.replacement(0.95)["hot_links"] == [], "P -> H2 carries nothing now"
+
+    wait_sink(manager, kafka_bootstrap, at_h3, [r for r in one + two + three if r["temp"] > 30])
+    wait_windows(manager, kafka_bootstrap, at_h2, one + two + three)  # a window open at the cut counted on
+
+    manager.close()  # a restarted service runs the moved work from its checkpoints
+    restarted = manager_factory(trigger_s=0.5)
+    assert restarted.state.dataflows[second.id].tasks == moved
+    four = urban_records(900, 300)
+    produce(kafka_bootstrap, urban, four)
+    wait_windows(restarted, kafka_bootstrap, at_h2, one + two + three + four)
+    wait_sink(restarted, kafka_bootstrap, at_h3, [r for r in one + two + three + four if r["temp"] > 30])
