@@ -87,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
     defrag.add_argument("--json", action="store_true")
     defrag.set_defaults(handler=_defrag)
 
+    replace = commands.add_parser("replace", help="move work off WAN links at or above a utilization (re-placement)")
+    replace.add_argument("--utilization", type=float, default=0.95, help="links at or above this load / capacity (default 0.95)")
+    replace.add_argument("--plan", action="store_true", help="only show what would move (GET); by default carry it out")
+    replace.add_argument("--json", action="store_true")
+    replace.set_defaults(handler=_replace)
+
     token = commands.add_parser("token", help="make a token for the tokens file (SANA_TOKENS_FILE)")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     new = token_commands.add_parser("new", help="print a fresh token and the principal entry holding its hash")
@@ -275,6 +281,31 @@ def _defrag(args: argparse.Namespace) -> int:
         print(f"merged {', '.join(group['queries'])} into {group['into']}")
     for group in body["skipped"]:
         print(f"left {', '.join(group['queries'])} as they were: {group['error']}")
+    return EXIT_OK
+
+
+def _replace(args: argparse.Namespace) -> int:
+    if not args.plan:
+        print("re-placing: the queries handing work over pause until they drain to the cut ...", file=sys.stderr, flush=True)
+    status, body = _call(args, "GET" if args.plan else "POST", "/wan/replacement", params={"utilization": args.utilization})
+    if status != EXIT_OK:
+        return status
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return EXIT_OK
+    hot = ", ".join(f"{row['from']} -> {row['to']} ({100 * row['utilization']:.0f} %)" for row in body["hot_links"])
+    print(f"links at or above {100 * args.utilization:.0f} %: {hot or 'none'}")
+    for flow in body["dataflows"]:
+        if "error" in flow:
+            print(f"{flow['dataflow']} ({flow['name']}): left as it is: {flow['error']['detail']}")
+            continue
+        moves = "; ".join(f"{move['task']} {move['from']['site']} -> {move['to']['site']}"
+                          + (" (stops sharing)" if move["from"]["shared"] and move["to"]["new"] else "")
+                          for move in flow["moves"])
+        print(f"{flow['dataflow']} ({flow['name']}): {moves or 'stays as it is'}")
+    verb = "would start" if args.plan else "started"
+    print(f"{verb} {len(body['start'])} running task(s), {'would stop' if args.plan else 'stopped'} {len(body['stop'])}"
+          + (f"; paused {body['hand_over']['paused_s']:.1f} s" if body.get("hand_over", {}).get("paused_s") is not None else ""))
     return EXIT_OK
 
 

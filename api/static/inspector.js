@@ -402,6 +402,7 @@ function renderWan(answer) {
   if (!answer.ok) { box.append("No WAN configuration: every equivalent task is shared."); return; }
   const links = [...(answer.body.links || [])].sort((a, b) => (b.utilization || 0) - (a.utilization || 0));
   box.append(el("div", {}, `sites: ${(answer.body.sites || []).map((s) => s.name || s).join(", ")}`));
+  if (ui.replaced) box.append(el("p", { class: ui.replaced.ok ? "replace-result success" : "replace-result error" }, ui.replaced.text));
   const busy = links.filter((link) => (link.load_mbps || 0) > 0);
   const table = el("table", {}, el("thead", {}, el("tr", {}, ...["link", "Mbps", "load", "used", "basis", "streams"].map((h) => el("th", {}, h)))));
   const body = el("tbody");
@@ -417,7 +418,7 @@ function renderWan(answer) {
   if (links.some((link) => (link.utilization || 0) >= REPLACE_AT)) renderReplacement(box, (wanGeneration += 1));
 }
 
-// Re-placement is planned by the service, not carried out yet: show what it would move while a link is hot.
+// While a link is hot, show what re-placement would move, with a button that carries it out (POST).
 const REPLACE_AT = 0.95;
 let wanGeneration = 0;
 
@@ -431,10 +432,26 @@ async function renderReplacement(box, generation) {
     list.append(el("li", { "data-task": `${flow.dataflow}/${move.task}` },
       `${flow.dataflow} (${flow.name}): ${move.task} ${move.from.site} → ${move.to.site}${how}`));
   }
-  box.append(el("div", { class: "replacement-plan" },
-    el("p", {}, `Re-placement at ${Math.round(100 * REPLACE_AT)}% utilization, a plan that is not carried out: ` +
-      `${answer.body.hot_links.length} hot link(s), ${answer.body.dataflows.length} dataflow(s) re-planned, ${moves.length} task(s) would move.`),
-    list));
+  const plan = el("div", { class: "replacement-plan" },
+    el("p", {}, `Re-placement at ${Math.round(100 * REPLACE_AT)}% utilization would re-plan ` +
+      `${answer.body.dataflows.length} dataflow(s) over ${answer.body.hot_links.length} hot link(s): ${moves.length} task(s) would move.`),
+    list);
+  if (moves.length) {
+    const button = el("button", { class: "replace-now", title: "POST /wan/replacement: the work is handed over at a cut" }, "Re-place now");
+    button.addEventListener("click", () => replaceNow(button));
+    plan.append(button);
+  }
+  box.append(plan);
+}
+
+async function replaceNow(button) {
+  button.disabled = true;
+  const response = await api(`/wan/replacement?utilization=${REPLACE_AT}`, { method: "POST" });
+  const body = await response.json().catch(() => ({ detail: response.statusText }));
+  ui.replaced = response.ok
+    ? { ok: true, text: `Re-placed ${body.dataflows.length} dataflow(s): ${body.start.length} task(s) started, ${body.stop.length} stopped.` }
+    : { ok: false, text: `Re-placement failed, nothing changed: ${response.status} ${body.code || ""}: ${body.detail}` };
+  await refresh();
 }
 
 // ---- refresh loop ----------------------------------------------------------

@@ -6,11 +6,13 @@ import json
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from api.app import create_app
 from tests.fixtures.dataflows import urban_etl
 from tests.fixtures.services import ServerThread, free_port
+from tests.manager.test_wan_sharing import WAN, hot
 
 pytestmark = pytest.mark.redis
 
@@ -96,3 +98,24 @@ def test_defrag_under_a_dry_run_has_nothing_to_do(api_url):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "queries: 0 -> 0 (the dry-run runtime runs no queries)"
     assert json.loads(sana(api_url, "defrag", "--json").stdout)["merged"] == []
+
+
+def test_replace_plans_then_moves_a_filter_off_a_thinned_link(api_url):
+    wan = json.loads(json.dumps(WAN))
+    wan["links"][2]["bandwidth_mbps"] = 50  # P -> H2 wide: the filter at P is shared towards H2
+    assert httpx.put(f"{api_url}/wan", json=wan).status_code == 200
+    sana(api_url, "submit", "-", stdin=json.dumps(hot("a", "P", "one")))
+    sana(api_url, "submit", "-", stdin=json.dumps(hot("b", "H2", "two")))
+    wan["links"][2]["bandwidth_mbps"] = 5  # now 8 Mbps estimated over 5
+    assert httpx.put(f"{api_url}/wan", json=wan).status_code == 200
+    plan = sana(api_url, "replace", "--plan")
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.splitlines() == ["links at or above 95 %: P -> H2 (160 %)",
+                                        "df-2 (two): hot P -> H2 (stops sharing)",
+                                        "would start 2 running task(s), would stop 1"]
+    done = sana(api_url, "replace", "--json")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["executed"] is True and len(body["start"]) == 2 and len(body["stop"]) == 1
+    again = sana(api_url, "replace")
+    assert again.stdout.splitlines() == ["links at or above 95 %: none", "started 0 running task(s), stopped 0"]

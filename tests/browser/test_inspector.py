@@ -111,8 +111,18 @@ def test_wan_panel_shows_sites_and_links(page):
             link["bandwidth_mbps"] = 10
     answer = page.request.put(page.url + "wan", data=json.dumps(config), headers={"content-type": "application/json"})
     assert answer.ok, answer.text()
-    expect(page.locator("#wan-body .replacement-plan")).to_contain_text(
-        "Re-placement at 95% utilization, a plan that is not carried out: 1 hot link(s), 1 dataflow(s) re-planned")
+    plan = page.locator("#wan-body .replacement-plan")
+    expect(plan).to_contain_text("Re-placement at 95% utilization would re-plan 1 dataflow(s) over 1 hot link(s): "
+                                 "1 task(s) would move.")
+    # Ohio cannot compute: the filter moves to Canada, off the thin link, and only the hot readings reach Virginia
+    expect(plan.locator('li[data-task="df-1/hot"]')).to_contain_text("virginia → canada")
+    plan.locator("button.replace-now").click()
+    expect(page.locator("#wan-body .replace-result")).to_have_text(
+        "Re-placed 1 dataflow(s): 2 task(s) started, 2 stopped.")
+    expect(row).to_have_count(0)  # ohio -> virginia carries nothing now
+    expect(page.locator('#wan-body tr[data-link="canada>virginia"]')).to_contain_text("8")
+    expect(page.locator("#wan-body .replacement-plan")).to_have_count(0)  # nothing is hot any more
+    assert page.request.get(page.url + "dataflows/df-1").json()["id"] == "df-1"
 
 
 def test_a_service_with_tokens_needs_one_and_the_inspector_sends_it(settings_factory, tmp_path):
