@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 
 import pytest
 
+from manager.exceptions import DeployFailed
 from manager.service import Manager, task_wan_fields
+from runtime.exceptions import RuntimeFailure
 from runtime.dryrun import DryRunRuntime
 from tests.fixtures.dataflows import chain, source, task
 from tests.manager.wan_invariants import check_wan_state
@@ -263,6 +266,25 @@ def test_an_identical_dataflow_reuses_the_running_sink_whatever_the_bandwidth(ma
     duplicate = hot("a", "H2", "one-again")  # same computation, same topic: its output already exists
     result = manager.submit(duplicate)
     assert result.created == [] and result.not_shared == []
+
+
+class FailingHandOver(MeasuringRuntime):
+    def hand_over(self, change, seeds):
+        raise RuntimeFailure("query q9 did not reach the cut within 120 s")
+
+
+def test_a_replacement_the_runtime_cannot_carry_out_changes_nothing(redis_client, state_prefix):
+    made, _, first, second, _ = planned_unsharing(redis_client, state_prefix)
+    failing = FailingHandOver(redis_client, state_prefix)
+    failing.written = {first.tasks["hot"]: 750_000.0}
+    made.runtime = failing
+    before, version = copy.deepcopy(made.state), made.state.version
+    with pytest.raises(DeployFailed, match="did not reach the cut") as caught:
+        made.replace(0.95)
+    assert caught.value.culprit == {"dataflows": [second.id]}
+    assert made.snapshot().version == version and made.state.tasks == before.tasks
+    assert made.state.dataflows[second.id].tasks == second.tasks
+    assert made.store.read_pending() is None, "the pending marker is cleared: a restart has nothing to undo"
 
 
 def test_a_replacement_setting_re_places_on_its_own_when_a_link_runs_hot(redis_client, state_prefix):

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from manager.replacement import plan_replacement
+from runtime.exceptions import HandOverFailed
 from tests.fixtures.dataflows import source, stream, task
 from tests.fixtures.kafka_io import produce, read_all, values, wait_for
 from tests.fixtures.streams import URBAN, multiset, urban_records
@@ -74,6 +76,16 @@ def test_a_degraded_link_moves_a_dataflow_off_it_without_loss_or_repeats(manager
 
     manager.set_wan(wan(urban, p_to_h2=5))  # the link degrades: 8 Mbps estimated over 5
     assert manager.replacement(0.95)["hot_links"][0]["utilization"] == 1.6
+    # a hand-over that cannot drain in time changes nothing: the same queries run on, unbounded
+    planned = plan_replacement(manager.snapshot(), {}, 0.95)
+    runs = {query.id: query.query.runId for query in manager.runtime.queries.values()}
+    tasks = dict(manager.runtime.tasks)
+    with pytest.raises(HandOverFailed, match="did not reach the cut"):
+        manager.runtime.hand_over(planned.change, planned.seeds, timeout_s=0)
+    assert {query.id: query.query.runId for query in manager.runtime.queries.values()} == runs
+    assert manager.runtime.tasks == tasks
+    assert not any(query.bound_file.exists() for query in manager.runtime.queries.values())
+
     produce(kafka_bootstrap, urban, two)  # in flight when the work is handed over ...
 
     def trickle() -> None:  # ... and three produced while it is: some before the cut, some after
