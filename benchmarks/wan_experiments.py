@@ -1,6 +1,8 @@
 """Sana's section 7 experiments on the 14-site, 12-query WAN workload, with the flow model of wan_sim.
 
 Run:  .venv/bin/python -m benchmarks.wan_experiments [--write-docs]
+      .venv/bin/python -m benchmarks.wan_experiments --robustness-with-replacement 1.0   (the sweep only, both
+      policies re-placing at that utilization every 10 s; about 3 minutes; docs/wan.md quotes it)
 
 Prints markdown tables; ``--write-docs`` also replaces the results section of
 docs/wan.md (between its ``wan-results`` markers) and writes the plots
@@ -36,13 +38,16 @@ BOTTLENECK = ("virginia", 0.1)
 
 
 def run(policy: str, queries: int = 12, rate_scale: float = 1.0, bandwidth_scale: float = CONSTRAINED,
-        thin_egress: tuple[str, float] | None = None) -> dict[str, Any]:
-    scenario = parse_scenario(fourteen_site_scenario(queries, rate_scale=rate_scale, bandwidth_scale=bandwidth_scale,
-                                                     thin_egress=thin_egress))
-    result = simulate(scenario, policy)
+        thin_egress: tuple[str, float] | None = None, replacement: float | None = None) -> dict[str, Any]:
+    document = fourteen_site_scenario(queries, rate_scale=rate_scale, bandwidth_scale=bandwidth_scale,
+                                      thin_egress=thin_egress)
+    if replacement is not None:
+        document["wan"]["replacement"] = {"utilization": replacement, "check_every_s": 10}
+    result = simulate(parse_scenario(document), policy)
     summary = result.summary()
     summary["refused"] = sum(1 for item in result.deployment.refusals if item["kind"] == "IN-OP")
     summary["overruled"] = sum(1 for item in result.deployment.overruled if item["kind"] == "IN-OP")
+    summary["replacements"] = len(result.replacements)
     return summary
 
 
@@ -56,10 +61,10 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def robustness() -> str:
+def robustness(replacement: float | None = None) -> str:
     """Sana against Max-Share over many WANs, 1-12 queries each: every link scaled alike (0.03-10x), and one
     compute site's egress thinned (each site, x0.05 / 0.1 / 0.3, links x0.2-1). Counts where Sana is ahead,
-    equal and behind, and lists where it is behind."""
+    equal and behind, and lists where it is behind. With ``replacement``, both re-place at that utilization."""
     uniform = [{"bandwidth_scale": round(0.01 * step, 2)} for step in range(3, 40)]
     uniform += [{"bandwidth_scale": scale} for scale in (0.45, 0.6, 0.8, 1.5, 3.0, 10.0)]
     thin = [{"bandwidth_scale": scale, "thin_egress": (site, factor)}
@@ -71,8 +76,8 @@ def robustness() -> str:
         worst = 1.0
         for number, kwargs in enumerate(settings, 1):
             for queries in range(1, 13):
-                sana = run("sana", queries=queries, **kwargs)["throughput_rps"]
-                max_share = run("max-share", queries=queries, **kwargs)["throughput_rps"]
+                sana = run("sana", queries=queries, replacement=replacement, **kwargs)["throughput_rps"]
+                max_share = run("max-share", queries=queries, replacement=replacement, **kwargs)["throughput_rps"]
                 ratio = sana / max_share
                 counts["ahead" if ratio > 1 + 1e-9 else "behind" if ratio < 1 - 1e-9 else "equal"] += 1
                 worst = min(worst, ratio)
@@ -229,7 +234,12 @@ def plot_bars(path: Path, results: dict[str, dict[str, Any]], title: str) -> Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write-docs", action="store_true", help="update docs/wan.md and docs/img/wan_*.png")
+    parser.add_argument("--robustness-with-replacement", type=float, metavar="U",
+                        help="print only the robustness sweep, both policies re-placing at utilization U")
     args = parser.parse_args()
+    if args.robustness_with_replacement is not None:
+        print(robustness(args.robustness_with_replacement))
+        return
     sections = []
 
     text, results_7_1 = exp_7_1()

@@ -75,7 +75,7 @@ class Deployment:
             if decision.action == "reuse":
                 mapping[task_id] = decision.running
             else:
-                running_id = f"{query.name}.{task_id}"
+                running_id = self._new_id(f"{query.name}.{task_id}")
                 inputs = tuple(sorted((port, mapping[parent]) for port, parent in task.inputs))
                 self.tasks[running_id] = RunningTask(running_id, task.signature, task.type, decision.site, inputs, task.rate_mbps)
                 self.flow[running_id] = FlowTask(running_id, decision.site, tuple(parent for _, parent in inputs), task.factor,
@@ -94,6 +94,15 @@ class Deployment:
                 self.refusals.append({"query": query.name, "task": task_id, **refusal.to_dict()})
         used = tuple(dict.fromkeys(mapping.values()))
         self.queries[query.name] = (used, tuple(mapping[sink] for sink in query.sinks))
+
+    def _new_id(self, base: str) -> str:
+        """``base``, or ``base~2``, ``base~3``, ... when a running task holds it: a query re-placed while its
+        first plan's task still runs for others (shared) gets a copy under a name of its own."""
+        candidate, number = base, 1
+        while candidate in self.tasks:
+            number += 1
+            candidate = f"{base}~{number}"
+        return candidate
 
     def remove(self, name: str) -> None:
         """Take query ``name`` out (unmerge): the tasks no other query uses stop."""

@@ -29,3 +29,20 @@ def test_where_a_shared_vertexs_site_is_the_bottleneck_max_share_loses_and_sana_
     demand = simulate(parse_scenario(fourteen_site_scenario(12, **scales)), "sana").summary()["demand_rps"]
     assert max_share <= 0.8 * sana
     assert sana == pytest.approx(demand)
+
+
+@pytest.mark.parametrize("queries", [6, 10])
+def test_re_placing_a_query_whose_task_others_share_gives_its_copy_a_name_of_its_own(queries):
+    """California's egress thin, re-placement at full utilization: a query is re-planned while a task of its
+    first plan still runs for later queries. Its copy used to take the same name and overwrite the shared
+    task (the running set then lost track of it). Every running task is indexed once, under its signature."""
+    document = fourteen_site_scenario(queries, bandwidth_scale=0.2, thin_egress=("california", 0.1))
+    document["wan"]["replacement"] = {"utilization": 1.0, "check_every_s": 10}
+    result = simulate(parse_scenario(document), "sana")
+    assert result.replacements, "the case re-places"
+    deployment = result.deployment
+    indexed = sorted(task_id for ids in deployment._by_signature.values() for task_id in ids)
+    assert indexed == sorted(deployment.tasks)
+    assert any("~" in task_id for task_id in deployment.tasks), "a copy named apart from the task it copies"
+    assert all(deployment.tasks[task_id].signature == signature
+               for signature, ids in deployment._by_signature.items() for task_id in ids)
