@@ -15,7 +15,7 @@ from typing import Any
 import redis
 
 from runtime.exceptions import RuntimeFailure
-from runtime.plan import Change, TaskSpec
+from runtime.plan import Change, TaskSpec, seeds_problem
 
 LOG_LENGTH = 1000
 
@@ -52,9 +52,12 @@ class DryRunRuntime:
             raise RuntimeFailure(f"dry-run runtime could not record {change.reason}: {error}") from error
 
     def hand_over(self, change: Change, seeds: Mapping[str, str]) -> dict[str, Any]:
-        """Nothing runs, so nothing is cut: the change is recorded like any other."""
+        """Nothing runs, so nothing is cut: the change is recorded like any other (its seeds checked as Spark does)."""
+        problem = seeds_problem(change, seeds, self.deployed())
+        if problem is not None:
+            raise RuntimeFailure(f"{change.reason}: {problem}")
         self.apply(change)
-        return {"paused": [], "cut": {}, "seeded": sorted(seeds), "seeded_from": dict(seeds)}
+        return {"paused": [], "cut": {}, "seeded": sorted(seeds), "seeded_from": dict(seeds), "drain_s": 0.0, "paused_s": 0.0}
 
     def reconcile(self, tasks: Mapping[str, TaskSpec]) -> None:
         deployed = self.deployed()

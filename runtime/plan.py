@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
 from typing import Any
 
 
@@ -74,3 +75,19 @@ class Change:
             stop=tuple(reversed(self.start)),
             reason=f"undo {self.reason}",
         )
+
+
+def seeds_problem(change: Change, seeds: Mapping[str, str], running: Collection[str]) -> str | None:
+    """Why ``seeds`` (new task -> the running task whose state it continues) do not fit ``change``, or None.
+
+    >>> task = TaskSpec("b", "s", "filter", {}, None, (), "f", {})
+    >>> seeds_problem(Change(start=(task,)), {"b": "a"}, {"a"}) is None, seeds_problem(Change(), {"b": "a"}, {"a"})
+    (True, "seeds name tasks the change does not start: ['b']")
+    """
+    started = {task.id for task in change.start}
+    if not set(seeds) <= started:
+        return f"seeds name tasks the change does not start: {sorted(set(seeds) - started)}"
+    unknown = sorted({source for source in seeds.values() if source not in running})
+    if unknown:
+        return f"seeds continue tasks that do not run: {unknown}"
+    return None

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.broker.offsets import probe_consumer
 from runtime.exceptions import HandOverFailed, RuntimeFailure
-from runtime.plan import Change, TaskSpec
+from runtime.plan import Change, TaskSpec, seeds_problem
 from runtime.spark.cut import Offsets, drain, lift_bounds, set_bounds, topic_ends
 from runtime.spark.fragment import REPLAYS_KEY, FragmentQuery, StateCopy
 
@@ -59,7 +59,16 @@ class HandOver:
     seeds: Mapping[str, str]
     hosts: Mapping[str, FragmentQuery]  # every task of the group (as it ran before the change) -> its query
     replays: dict[str, Any]
+    started: set[str]  # the tasks the change starts
     seeded: set[str] = field(default_factory=set)
+
+    def keeps_host(self, fragment: str, desired: Mapping[str, TaskSpec]) -> bool:
+        """Whether ``fragment`` stays in the query running it: only if a task of it runs on (not restarted).
+
+        A fragment whose tasks all start anew (a task that keeps its id but moves) gets a new query,
+        which starts at the cut with the state they continue.
+        """
+        return any(task.fragment == fragment and task_id not in self.started for task_id, task in desired.items())
 
     def starts(self, query_id: str, inputs: Offsets, fresh_topics: set[str]) -> Offsets:
         """The offsets a new query starts from: the cut where the group read, 0 on a topic created now."""
@@ -84,7 +93,9 @@ class HandOver:
             if source is None:
                 continue
             old = self.hosts[source]
-            version, own = saved.setdefault(old.id, old.saved_states())
+            if old.id not in saved:
+                saved[old.id] = old.saved_states()
+            version, own = saved[old.id]
             if source in own:
                 states[task.id] = own[source]
                 if version is not None:
@@ -99,10 +110,9 @@ def hand_over(runtime: "SparkRuntime", change: Change, seeds: Mapping[str, str],
     Called with the runtime's lock held. Returns the group, the cut and which new tasks were seeded.
     """
     start_ids = {task.id for task in change.start}
-    unknown = {source for source in seeds.values() if source not in runtime.tasks}
-    if unknown or not set(seeds) <= start_ids:
-        raise HandOverFailed(f"seeds {dict(seeds)} must map tasks this change starts onto running tasks "
-                             f"(unknown: {sorted(unknown) or sorted(set(seeds) - start_ids)})")
+    problem = seeds_problem(change, seeds, runtime.tasks)
+    if problem is not None:
+        raise HandOverFailed(f"{change.reason}: {problem}")
     desired = dict(runtime.tasks)
     for task in change.stop:
         desired.pop(task.id, None)
@@ -121,19 +131,22 @@ def hand_over(runtime: "SparkRuntime", change: Change, seeds: Mapping[str, str],
     outside = set().union(*(set(query.inputs) for query in group)) - inside
     outside |= {task.config["topic"] for task in change.start if task.type == "source"} - inside
 
-    consumer = probe_consumer(runtime.bootstrap)
+    consumer = None
     began = time.monotonic()
     try:
+        consumer = probe_consumer(runtime.bootstrap)
         cut = topic_ends(consumer, outside)
         set_bounds(group, cut)
         drain(group, cut, inside, consumer, timeout_s, max(0.2, min(1.0, runtime.trigger_s / 2)))
         drained = time.monotonic()
-        handing = HandOver({**cut, **topic_ends(consumer, inside)}, dict(seeds), hosts, _replays(group))
+        handing = HandOver({**cut, **topic_ends(consumer, inside)}, dict(seeds), hosts, _replays(group), start_ids)
         runtime._converge(desired, reason=change.reason, rollback=True, handing_over=handing)
-    except RuntimeFailure as failure:
-        raise HandOverFailed(f"{change.reason}: not handed over ({failure.message}); the tasks run as before") from failure
+    except Exception as error:  # the broker, Spark or a state copy: the converge rolled back, the bounds go below
+        message = error.message if isinstance(error, RuntimeFailure) else f"{type(error).__name__}: {error}"
+        raise HandOverFailed(f"{change.reason}: not handed over ({message}); the tasks run as before") from error
     finally:
-        consumer.close()
+        if consumer is not None:
+            consumer.close()
         lift_bounds(group)
     timing = {"drain_s": round(drained - began, 3), "paused_s": round(time.monotonic() - began, 3)}
     log.info("%s: handed over at a cut of %d topic(s); queries %s paused %.1f s (draining %.1f s); seeded %s",

@@ -282,7 +282,7 @@ class SparkRuntime:
         :mod:`runtime.spark.handover`; raises :class:`HandOverFailed` having left things as they were.
         """
         if change.empty:
-            return {"paused": [], "cut": {}, "seeded": []}
+            return {"paused": [], "cut": {}, "seeded": [], "seeded_from": {}, "drain_s": 0.0, "paused_s": 0.0}
         with self._lock:
             if self._records is None:
                 self._records = self._load_records()
@@ -333,15 +333,18 @@ class SparkRuntime:
     # -- converging ------------------------------------------------------------------------
 
     def _converge(self, desired: dict[str, TaskSpec], reason: str, rollback: bool,
-                  handing_over: "HandOver | None" = None) -> None:
+                  handing_over: HandOver | None = None) -> None:
         """Make what runs equal ``desired``; with ``handing_over``, new queries start at its cut, seeded by it."""
         if self._records is None:
             self._records = self._load_records()
         records = self._records
         old = (dict(self.tasks), dict(self.host), {q: query.plan for q, query in self.queries.items()})
         query_sites = {query_id: record.get("site") for query_id, record in records.items()}
-        host = assign_hosts(desired, {f: q for f, q in self.host.items() if any(t.fragment == f for t in desired.values())},
-                            query_sites, self._new_query_id, self.hosting and handing_over is None)
+        if handing_over is None:
+            kept = {f: q for f, q in self.host.items() if any(t.fragment == f for t in desired.values())}
+        else:
+            kept = {f: q for f, q in self.host.items() if handing_over.keeps_host(f, desired)}
+        host = assign_hosts(desired, kept, query_sites, self._new_query_id, self.hosting and handing_over is None)
         plans = layouts(desired, host, self.prefix)
         created_topics: list[str] = []
         started: list[FragmentQuery] = []
@@ -455,7 +458,7 @@ class SparkRuntime:
         )
 
     def _new_record(self, query_id: str, plan: QueryLayout, fresh_topics: set[str],
-                    handing_over: "HandOver | None" = None) -> dict[str, Any]:
+                    handing_over: HandOver | None = None) -> dict[str, Any]:
         """A query's record: the offsets it starts from are fixed now (records produced later are read).
 
         A query started by a hand-over starts at the hand-over's cut instead, one batch
