@@ -96,7 +96,7 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
         for task, (running, site) in sorted(before.items()):
             now = plan.dataflow.tasks[task]
             now_site = trial.tasks[now].site
-            if now in trial.tasks and trial.tasks[now] != work.tasks.get(now):
+            if trial.tasks[now] != work.tasks.get(now):
                 seeds[now] = seeds.get(running, running)  # a task started twice continues the first one's state
             if (now, now_site) != (running, site):
                 moves.append({"task": task,
@@ -104,8 +104,9 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
                               "to": {"running_task": now, "site": now_site, "new": now not in state.tasks}})
         work = trial
         dataflows.append({**entry, "moves": moves, "not_shared": list(plan.not_shared)})
-    change = running_change(state, work, reason=f"re-place {len(dataflows)} dataflow(s) over "
-                                                 f"{', '.join(sorted({link for row in dataflows for link in row['links']}))}")
+    moved = [row for row in dataflows if row["moves"]] or dataflows
+    change = running_change(state, work, reason=f"re-place {len(moved)} dataflow(s) over "
+                                                 f"{', '.join(sorted({link for row in moved for link in row['links']}))}")
     started = {spec.id for spec in change.start}
     seeds = {task: source for task, source in seeds.items() if task in started and source in state.tasks}
     report = {"threshold": threshold, "hot_links": hot, "dataflows": dataflows, "executed": False,

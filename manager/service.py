@@ -8,6 +8,13 @@ a successful deployment, the deployment is undone first. A manager restarted
 on the same Redis loads the state and reconciles the runtime with it, which
 also undoes a submit whose commit never happened (a removal cut short is
 completed instead: :meth:`Manager._finish_interrupted`).
+
+A re-placement (:meth:`Manager.replace`) plans the same way on the running set,
+has the runtime hand the moved work over at a cut (``runtime.hand_over``),
+stages the state after it next to the pending marker, and commits it; a
+manager that dies after the hand-over completes it on restart from the staged
+state. Its hand-over pauses the queries it touches, not the service: reads
+go on meanwhile, other changes wait.
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ from wan_sim.topology import WanConfig, load_wan_config, parse_wan_config
 log = logging.getLogger("sana.manager")
 
 _REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+#: After an automatic re-placement that moved work, this many link checks are skipped.
+HOLD_OFF_CHECKS = 3
+#: The longest wait between automatic re-placement rounds after failures in a row.
+MAX_WATCH_BACKOFF_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -163,7 +174,7 @@ class Manager:
         self._defragmenting = threading.Lock()
         self.state = State()
         self._mutex = threading.RLock()
-        self._changing = threading.RLock()  # submit, remove, defragment: one at a time; reads only take _mutex
+        self._changing = threading.RLock()  # submit, remove, defragment, replace: one at a time; reads only take _mutex
         self._loaded = False
         self._started = False
         self._closing = threading.Event()
@@ -192,7 +203,8 @@ class Manager:
         self._started = True
 
     def _finish_interrupted(self, pending: dict[str, Any]) -> None:
-        """A change the process died in: a submit is undone, a removal is completed.
+        """A change the process died in: a submit is undone, a removal is completed, a re-placement
+        is completed once the runtime handed the work over (its state was staged) and undone before.
 
         The runtime is then reconciled with the state either way. A removal goes
         forward because its work may already have stopped: bringing it back
@@ -200,7 +212,11 @@ class Manager:
         retried DELETE gets 404). A submit goes back: its client got no 201.
         """
         dataflow = pending.get("dataflow")
-        if pending.get("kind") == "unmerge" and dataflow in self.state.dataflows:
+        if pending.get("kind") == "replace" and pending.get("handed_over"):
+            log.warning("re-placement %r was handed over before its commit; completing it", pending.get("reason"))
+            self.store.complete_staged()
+            self.state = self.store.load()
+        elif pending.get("kind") == "unmerge" and dataflow in self.state.dataflows:
             log.warning("removal of %s was interrupted before its commit; completing it", dataflow)
             plan = merge.plan_unmerge(self.state, dataflow)
             version = self.store.commit_unmerge(plan, self.state)
@@ -304,25 +320,44 @@ class Manager:
     def _watch_loop(self) -> None:
         """Every ``check_every_s`` of the WAN configuration's ``replacement``: if a link's utilization (measured
         where measured) is at or above its ``utilization``, re-place (:meth:`replace`). Ends when the WAN
-        configuration no longer asks for it; a failed round is logged and the next one tries again."""
+        configuration no longer asks for it.
+
+        After a re-placement that moved work, the next :data:`HOLD_OFF_CHECKS` checks are skipped, so that
+        the measurements see the new placement before anything moves again (re-placing on every check
+        oscillates: docs/wan.md). A round that fails changed nothing; the wait doubles after each failure
+        in a row, up to :data:`MAX_WATCH_BACKOFF_S`.
+        """
+        wait_checks = 1
+        failures = 0
         while True:
             wan = self.state.wan
-            if wan is None or wan.replace_above is None or self._closing.wait(wan.check_every_s):
+            if wan is None or wan.replace_above is None:
                 return
+            delay = wan.check_every_s * wait_checks
+            if failures:
+                delay = min(MAX_WATCH_BACKOFF_S, max(delay, wan.check_every_s * 2 ** failures))
+            if self._closing.wait(delay):
+                return
+            wait_checks = 1
             try:
                 state = self.snapshot()
                 if state.wan is None or state.wan.replace_above is None:
                     return
                 if not hot_links(state, self._measured(), state.wan.replace_above):
+                    failures = 0
                     continue
                 report = self.replace(state.wan.replace_above)
+                failures = 0
                 self.last_replacement = {**report, "at": self.clock()}
                 if report["start"] or report["stop"]:
+                    wait_checks = 1 + HOLD_OFF_CHECKS
                     log.warning("link(s) %s at or above %.0f %% utilization: re-placed %s",
                                 [f"{row['from']} -> {row['to']}" for row in report["hot_links"]],
                                 100 * state.wan.replace_above, [row["dataflow"] for row in report["dataflows"]])
-            except Exception:  # Redis or the runtime down, a plan that failed: nothing changed; try again next round
-                log.exception("automatic re-placement failed")
+            except Exception as error:  # Redis or the runtime down, a plan that failed: nothing changed
+                failures += 1
+                self.last_replacement = {"error": str(error), "at": self.clock()}
+                log.exception("automatic re-placement failed (%d in a row)", failures)
 
     def wan(self) -> dict[str, Any]:
         """The WAN configuration with every link's load, spare bandwidth and utilization (``GET /wan``).
@@ -335,6 +370,8 @@ class Manager:
         document = state.wan.to_dict()
         document["links"] = self.wan_links()["links"]
         document["configured"] = True
+        if state.wan.replace_above is not None:
+            document["last_replacement"] = self.last_replacement
         return document
 
     def wan_links(self) -> dict[str, Any]:
@@ -388,42 +425,63 @@ class Manager:
 
         The runtime hands the work over at a cut (nothing lost or written twice) and the state after
         it is committed in one transaction; the dataflows keep their ids. If the runtime fails,
-        nothing changed and :class:`DeployFailed` says why; if the commit fails, the hand-over is undone.
+        nothing changed and :class:`DeployFailed` says why; if the commit fails, the work is handed
+        back. Other changes wait meanwhile; reads go on (they see the state before until the commit).
         """
         self._ensure_started()
         measured = self._measured()
-        with self._guard(), self._changing, self._mutex, self.store.lock():
-            self._sync()
-            self._require_wan()
-            planned = plan_replacement(self.state, measured, utilization, sharing=self.sharing)
-            report = {**planned.report, "basis": _streams_basis(self.state, measured), "executed": True}
+        with self._guard(), self._changing, self.store.lock():
+            with self._mutex:
+                self._sync()
+                self._require_wan()
+                before = self.state
+                planned = plan_replacement(before, measured, utilization, sharing=self.sharing)
+            report = {**planned.report, "basis": _streams_basis(before, measured), "executed": True}
             if planned.change.empty:
                 return report
-            inverse = {source: task for task, source in planned.seeds.items()}
             self.store.mark_pending({"kind": "replace", "reason": planned.change.reason,
                                      "start": report["start"], "stop": report["stop"]})
+            fail_point("manager.replace.pending")
             try:
                 report["hand_over"] = self.runtime.hand_over(planned.change, planned.seeds)
+                fail_point("manager.replace.deployed")
             except RuntimeFailure as failure:
                 self._forget_pending()
                 raise DeployFailed(f"{planned.change.reason}: the runtime failed, nothing changed: {failure.message}",
                                    culprit={"dataflows": [row["dataflow"] for row in report["dataflows"]]}) from failure
-            try:
-                version = self.store.commit_state(planned.after, self.state)
-            except (redis.RedisError, StaleState) as error:
-                log.error("commit of %s failed (%s); handing the work back", planned.change.reason, error)
+            with self._mutex:
                 try:
-                    self.runtime.hand_over(planned.change.inverse(), inverse)
-                except RuntimeFailure:
-                    log.exception("handing back %s failed; the next start reconciles it", planned.change.reason)
-                self._loaded = False
-                if isinstance(error, _REDIS_DOWN):
-                    raise
-                raise DeployFailed(f"{planned.change.reason}: the state changed underneath, nothing changed: {error}") from error
-            self.state = planned.after
-            self.state.version = version
+                    self.store.stage(planned.after, {"kind": "replace", "reason": planned.change.reason, "handed_over": True})
+                    fail_point("manager.replace.staged")
+                    version = self.store.commit_state(planned.after, before)
+                except (redis.RedisError, StaleState) as error:
+                    log.error("commit of %s failed (%s); handing the work back", planned.change.reason, error)
+                    self._hand_back(planned)
+                    try:
+                        self.store.drop_staged()
+                    except redis.RedisError:
+                        log.warning("could not drop the staged state; the next start completes the re-placement")
+                    self._loaded = False
+                    if isinstance(error, _REDIS_DOWN):
+                        raise
+                    raise DeployFailed(f"{planned.change.reason}: the state changed underneath, nothing changed: {error}") from error
+                self.state = planned.after
+                self.state.version = version
         log.info("re-placement at utilization >= %s: started %s, stopped %s", utilization, report["start"], report["stop"])
         return report
+
+    def _hand_back(self, planned) -> None:
+        """Undo a hand-over whose commit failed: the stopped tasks start again, each continuing the state of the
+        task that took over from it (a copy of a task that ran on has nothing to give back)."""
+        stopped = {spec.id for spec in planned.change.stop}
+        seeds: dict[str, str] = {}
+        for task, source in planned.seeds.items():
+            if source in stopped:
+                seeds.setdefault(source, task)
+        try:
+            self.runtime.hand_over(planned.change.inverse(), seeds)
+        except RuntimeFailure:
+            log.exception("handing back %s failed; the next start reconciles it", planned.change.reason)
 
     def _require_wan(self) -> None:
         if self.state.wan is None:

@@ -236,11 +236,52 @@ class Store:
         return self._commit(None, lambda pipe: self._write_everything(pipe, state), expect_missing=True)
 
     def commit_state(self, after: State, before: State) -> int:
-        """Replace the state with ``after`` in one transaction (re-placement); ``before`` is the state it was planned against."""
-        return self._commit(before.version, lambda pipe: self._write_everything(pipe, after))
+        """Replace the state with ``after`` in one transaction (re-placement); ``before`` is the state it was
+        planned against. A staged copy (:meth:`stage`) goes in the same transaction."""
+        staged = self.staged()
+
+        def write(pipe: redis.client.Pipeline) -> None:
+            self._write_everything(pipe, after)
+            pipe.delete(staged.meta, *staged._data_keys())
+
+        return self._commit(before.version, write)
+
+    def staged(self) -> "Store":
+        """Where a change deployed but not yet committed keeps the state after it (``<prefix>:staged:*``)."""
+        return Store(self.redis, f"{self.prefix}:staged")
+
+    def stage(self, after: State, description: dict[str, Any]) -> None:
+        """Keep ``after`` beside the state and mark the change pending with ``description``, in one transaction.
+
+        Re-placement stages the state after its hand-over: a manager that dies before the commit finds
+        it on restart and completes the change (:meth:`complete_staged`), since the runtime already runs it.
+        """
+        with self.redis.pipeline(transaction=True) as pipe:
+            self.staged()._write_everything(pipe, after)
+            pipe.set(self.pending, json.dumps(description))
+            pipe.execute()
+
+    def complete_staged(self) -> int:
+        """Commit the staged state whatever the version (a restart finishing the change); returns the new version."""
+        staged = self.staged()
+        after = staged.load()
+
+        def write(pipe: redis.client.Pipeline) -> None:
+            self._write_everything(pipe, after)
+            pipe.delete(staged.meta, *staged._data_keys())
+
+        return self._commit(None, write, expect_missing=True)
+
+    def drop_staged(self) -> None:
+        """Forget a staged state and the pending change (its deployment was undone)."""
+        staged = self.staged()
+        self.redis.delete(staged.meta, *staged._data_keys(), self.pending)
+
+    def _data_keys(self) -> tuple[str, ...]:
+        return (self.dataflows, self.tasks, self.signatures, self.refcounts, self.task_dag, self.wan, self.wan_notes)
 
     def _write_everything(self, pipe: redis.client.Pipeline, state: State) -> None:
-        for key in (self.dataflows, self.tasks, self.signatures, self.refcounts, self.task_dag, self.wan, self.wan_notes):
+        for key in self._data_keys():
             pipe.delete(key)
         if state.wan is not None:
             pipe.set(self.wan, json.dumps(state.wan.to_dict()))

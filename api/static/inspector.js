@@ -402,7 +402,9 @@ function renderWan(answer) {
   if (!answer.ok) { box.append("No WAN configuration: every equivalent task is shared."); return; }
   const links = [...(answer.body.links || [])].sort((a, b) => (b.utilization || 0) - (a.utilization || 0));
   box.append(el("div", {}, `sites: ${(answer.body.sites || []).map((s) => s.name || s).join(", ")}`));
-  if (ui.replaced) box.append(el("p", { class: ui.replaced.ok ? "replace-result success" : "replace-result error" }, ui.replaced.text));
+  if (ui.replaced && Date.now() - ui.replaced.at < 60000) {  // the last "Re-place now", for a minute
+    box.append(el("p", { class: ui.replaced.ok ? "replace-result success" : "replace-result error" }, ui.replaced.text));
+  }
   const busy = links.filter((link) => (link.load_mbps || 0) > 0);
   const table = el("table", {}, el("thead", {}, el("tr", {}, ...["link", "Mbps", "load", "used", "basis", "streams"].map((h) => el("th", {}, h)))));
   const body = el("tbody");
@@ -449,8 +451,8 @@ async function replaceNow(button) {
   const response = await api(`/wan/replacement?utilization=${REPLACE_AT}`, { method: "POST" });
   const body = await response.json().catch(() => ({ detail: response.statusText }));
   ui.replaced = response.ok
-    ? { ok: true, text: `Re-placed ${body.dataflows.length} dataflow(s): ${body.start.length} task(s) started, ${body.stop.length} stopped.` }
-    : { ok: false, text: `Re-placement failed, nothing changed: ${response.status} ${body.code || ""}: ${body.detail}` };
+    ? { ok: true, at: Date.now(), text: `Re-placed ${body.dataflows.length} dataflow(s): ${body.start.length} task(s) started, ${body.stop.length} stopped.` }
+    : { ok: false, at: Date.now(), text: `Re-placement failed, nothing changed: ${response.status} ${body.code || ""}: ${body.detail}` };
   await refresh();
 }
 

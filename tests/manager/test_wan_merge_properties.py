@@ -196,6 +196,7 @@ def test_re_placement_after_links_thin_keeps_the_invariants_and_the_ids(case, sc
         for dataflow_id, flow in manager.state.dataflows.items():
             if dataflow_id not in replanned:
                 assert flow.tasks == before.dataflows[dataflow_id].tasks, f"{dataflow_id} crosses no hot link"
+        assert not client.keys(f"{prefix}:staged:*") and manager.store.read_pending() is None
         event(f"re-placement {'moved tasks' if done['start'] else 'changed nothing'}")
         reloaded = Manager(client, prefix, DryRunRuntime(client, prefix))
         reloaded.start()

@@ -10,6 +10,7 @@ import pytest
 
 from manager.exceptions import DeployFailed
 from manager.service import Manager, task_wan_fields
+from manager.store import StaleState
 from runtime.exceptions import RuntimeFailure
 from runtime.dryrun import DryRunRuntime
 from tests.fixtures.dataflows import chain, source, task
@@ -30,6 +31,13 @@ WAN = {
     "sources": {"urban": {"site": "src", "rate_mbps": 16}},
     "selectivity": {"filter": 0.5},
 }
+
+
+# ... and H3, reached from everywhere at 100 Mbps
+THREE_SITES = {**WAN, "sites": [*WAN["sites"], "H3"],
+               "links": WAN["links"] + [{"from": "src", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 30},
+                                        {"from": "P", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20},
+                                        {"from": "H2", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20}]}
 
 
 def hot(sink_topic: str, home: str, name: str) -> dict:
@@ -138,11 +146,7 @@ class MeasuringRuntime(DryRunRuntime):
 def test_measured_traffic_replaces_the_estimates_in_the_links_and_in_the_decisions(redis_client, state_prefix):
     """The filter is estimated at 8 Mbps (P -> H2 has 5 spare: refused), but the runtime measures it writing
     2 Mbps towards H3: a query wanting it at H2 shares it, and /wan/links shows the measured load."""
-    three = json.loads(json.dumps(WAN))
-    three["sites"].append("H3")
-    three["links"] += [{"from": "src", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 30},
-                       {"from": "P", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20},
-                       {"from": "H2", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20}]
+    three = json.loads(json.dumps(THREE_SITES))
     first_document = hot("a", "H3", "one")
     first_document["tasks"][1]["site"] = "P"
     for prefix, written in ((f"{state_prefix}:control", {}), (state_prefix, None)):
@@ -185,11 +189,7 @@ def planned_unsharing(redis_client, state_prefix):
     """The filter at P is shared towards H2 while the runtime measures it at 2 Mbps (P -> H2 has 5). When it is
     measured at 6 Mbps the link is over capacity: re-placement would give the dataflow at H2 its own filter at
     H2 (reading the raw stream over src -> H2), and leave the other dataflow alone. Nothing changes meanwhile."""
-    three = json.loads(json.dumps(WAN))
-    three["sites"].append("H3")
-    three["links"] += [{"from": "src", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 30},
-                       {"from": "P", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20},
-                       {"from": "H2", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20}]
+    three = json.loads(json.dumps(THREE_SITES))
     runtime = MeasuringRuntime(redis_client, state_prefix)
     made = Manager(redis_client, state_prefix, runtime)
     made.start()
@@ -292,11 +292,7 @@ def test_a_replacement_setting_re_places_on_its_own_when_a_link_runs_hot(redis_c
     runtime = MeasuringRuntime(redis_client, state_prefix)
     made = Manager(redis_client, state_prefix, runtime)
     made.start()
-    three = json.loads(json.dumps(WAN))
-    three["sites"].append("H3")
-    three["links"] += [{"from": "src", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 30},
-                       {"from": "P", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20},
-                       {"from": "H2", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20}]
+    three = json.loads(json.dumps(THREE_SITES))
     made.set_wan({**three, "replacement": {"utilization": 0.9, "check_every_s": 0.05}})
     assert made.wan()["replacement"] == {"utilization": 0.9, "check_every_s": 0.05}
     document = hot("a", "H3", "one")
@@ -306,15 +302,63 @@ def test_a_replacement_setting_re_places_on_its_own_when_a_link_runs_hot(redis_c
     second = made.submit(hot("b", "H2", "two"))
     assert second.tasks["hot"] == first.tasks["hot"]
     runtime.written = {first.tasks["hot"]: 750_000.0}  # 6 Mbps over P -> H2's 5: the watcher acts
-    deadline = time.monotonic() + 30
-    while made.snapshot().dataflows[second.id].tasks["hot"] == first.tasks["hot"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert made.snapshot().tasks[made.state.dataflows[second.id].tasks["hot"]].site == "H2"
-    assert made.last_replacement is not None and made.last_replacement["dataflows"][0]["dataflow"] == second.id
-    made.set_wan(three)  # without ``replacement`` the watcher ends
-    made.link_watch.join(5)
-    assert not made.link_watch.is_alive()
-    made.close()
+    try:
+        deadline = time.monotonic() + 30
+        while made.last_replacement is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert made.last_replacement is not None, "the watcher re-placed within 30 s"
+        assert made.last_replacement["dataflows"][0]["dataflow"] == second.id
+        assert made.snapshot().tasks[made.state.dataflows[second.id].tasks["hot"]].site == "H2"
+        assert made.wan()["last_replacement"]["start"] == made.last_replacement["start"]
+        made.set_wan(three)  # without ``replacement`` the watcher ends
+        made.link_watch.join(5)
+        assert not made.link_watch.is_alive() and "last_replacement" not in made.wan()
+    finally:
+        made.close()
+
+
+def test_a_failed_commit_hands_the_work_back(redis_client, state_prefix, monkeypatch):
+    made, runtime, first, second, _ = planned_unsharing(redis_client, state_prefix)
+    before = copy.deepcopy(made.state)
+
+    def stale(after, planned_against):
+        raise StaleState("the state changed while committing")
+
+    monkeypatch.setattr(made.store, "commit_state", stale)
+    with pytest.raises(DeployFailed, match="the state changed underneath"):
+        made.replace(0.95)
+    assert runtime.log(1)[0]["reason"].startswith("undo re-place 1 dataflow(s)")
+    assert runtime.deployed() == {task_id: spec.fragment for task_id, spec in before.tasks.items()}
+    assert made.snapshot().tasks == before.tasks and made.state.dataflows[second.id].tasks == second.tasks
+    assert made.store.read_pending() is None and not redis_client.keys(f"{state_prefix}:staged:*")
+
+
+class Died(BaseException):
+    """The process died here (a fail point's kill, without killing the test)."""
+
+
+def test_a_manager_dead_after_the_hand_over_completes_the_replacement_on_restart(redis_client, state_prefix,
+                                                                               monkeypatch):
+    made, runtime, first, second, first_document = planned_unsharing(redis_client, state_prefix)
+    planned = made.replacement(0.95)
+
+    def die_when_staged(name):
+        if name == "manager.replace.staged":
+            raise Died(name)
+
+    monkeypatch.setattr("manager.service.fail_point", die_when_staged)
+    with pytest.raises(Died):
+        made.replace(0.95)
+    assert made.store.read_pending()["handed_over"] is True and made.store.version() == made.state.version
+    assert redis_client.keys(f"{state_prefix}:staged:*"), "the state after the hand-over waits beside the state"
+    monkeypatch.undo()
+    restarted = Manager(redis_client, state_prefix, runtime)
+    restarted.start()
+    copy_at_h2 = planned["dataflows"][0]["moves"][0]["to"]["running_task"]
+    assert restarted.state.dataflows[second.id].tasks["hot"] == copy_at_h2
+    check_wan_state(restarted.state, {first.id: first_document, second.id: hot("b", "H2", "two")})
+    assert runtime.deployed() == {task_id: spec.fragment for task_id, spec in restarted.state.tasks.items()}
+    assert restarted.store.read_pending() is None and not redis_client.keys(f"{state_prefix}:staged:*")
 
 
 def test_wan_errors_name_the_culprit(manager):

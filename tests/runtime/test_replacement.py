@@ -117,3 +117,45 @@ def test_a_degraded_link_moves_a_dataflow_off_it_without_loss_or_repeats(manager
     produce(kafka_bootstrap, urban, four)
     wait_windows(restarted, kafka_bootstrap, at_h2, one + two + three + four)
     wait_sink(restarted, kafka_bootstrap, at_h3, [r for r in one + two + three + four if r["temp"] > 30])
+
+
+def counts_at(topic: str, sink: str, home: str, name: str) -> dict:
+    """Hot readings counted per sensor in 10 s windows, filtered and counted where placement puts them."""
+    document = hot_counts(topic, sink)
+    document["name"] = name
+    document["tasks"][2].pop("site")
+    document["tasks"][3]["site"] = home
+    return document
+
+
+def test_a_copy_of_a_shared_window_starts_from_its_state_at_the_cut(manager_factory, kafka_bootstrap, topic_factory):
+    """The window itself is shared (at P, for a dataflow at H3 and one at H2). When P -> H2 can no longer carry
+    its counts, the dataflow at H2 gets copies of the filter and the window at H2; the window's copy, under a
+    name of its own, starts from the shared window's state at the cut while the shared one runs on."""
+    manager = manager_factory(trigger_s=0.5)
+    manager.runtime.meter.every_s = 1e9
+    urban = topic_factory("urban")
+    at_h3, at_h2 = f"{urban}-h3", f"{urban}-h2"
+    manager.set_wan(wan(urban, p_to_h2=50))
+    pinned = counts_at(urban, at_h3, "H3", "counts-at-h3")
+    pinned["tasks"][1]["site"] = pinned["tasks"][2]["site"] = "P"
+    first = manager.submit(pinned)
+    second = manager.submit(counts_at(urban, at_h2, "H2", "counts-at-h2"))
+    shared = first.tasks["per_sensor"]
+    assert second.tasks["per_sensor"] == shared and second.sites["per_sensor"] == "P"
+
+    one, two = urban_records(0, 300), urban_records(300, 300)
+    produce(kafka_bootstrap, urban, one)
+    wait_windows(manager, kafka_bootstrap, at_h3, one)
+    wait_windows(manager, kafka_bootstrap, at_h2, one)
+
+    manager.set_wan(wan(urban, p_to_h2=0.3))  # the counts (0.4 Mbps estimated) no longer fit
+    done = manager.replace(0.95)
+    copy_of_window = manager.snapshot().dataflows[second.id].tasks["per_sensor"]
+    assert copy_of_window != shared and manager.state.tasks[copy_of_window].site == "H2"
+    assert done["hand_over"]["seeded_from"][copy_of_window] == shared, "seeded from the window that runs on"
+    assert shared in manager.runtime.tasks and manager.state.dataflows[first.id].tasks == first.tasks
+
+    produce(kafka_bootstrap, urban, two)
+    wait_windows(manager, kafka_bootstrap, at_h3, one + two)
+    wait_windows(manager, kafka_bootstrap, at_h2, one + two)  # the windows open at the cut counted on in the copy
