@@ -143,7 +143,7 @@ def hand_over(runtime: "SparkRuntime", change: Change, seeds: Mapping[str, str],
         runtime._converge(desired, reason=change.reason, rollback=True, handing_over=handing)
     except Exception as error:  # the broker, Spark or a state copy: the converge rolled back, the bounds go below
         message = error.message if isinstance(error, RuntimeFailure) else f"{type(error).__name__}: {error}"
-        raise HandOverFailed(f"{change.reason}: not handed over ({message}); the tasks run as before") from error
+        raise HandOverFailed(f"not handed over ({message}); the tasks run as before") from error
     finally:
         if consumer is not None:
             consumer.close()

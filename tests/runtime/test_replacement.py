@@ -13,7 +13,9 @@ import time
 import pytest
 
 from manager.replacement import plan_replacement
+from manager.exceptions import DeployFailed
 from runtime.exceptions import HandOverFailed
+from runtime.spark.fragment import FragmentQuery
 from tests.fixtures.dataflows import source, stream, task
 from tests.fixtures.kafka_io import produce, read_all, values, wait_for
 from tests.fixtures.streams import URBAN, multiset, urban_records
@@ -58,7 +60,7 @@ def wait_windows(manager, bootstrap: str, topic: str, records: list[dict]) -> No
 
 
 def test_a_degraded_link_moves_a_dataflow_off_it_without_loss_or_repeats(manager_factory, kafka_bootstrap,
-                                                                         topic_factory):
+                                                                         topic_factory, monkeypatch):
     manager = manager_factory(trigger_s=0.5)
     manager.runtime.meter.every_s = 1e9  # the links' loads are the configured estimates: what makes P -> H2 hot
     urban = topic_factory("urban")
@@ -84,6 +86,21 @@ def test_a_degraded_link_moves_a_dataflow_off_it_without_loss_or_repeats(manager
         manager.runtime.hand_over(planned.change, planned.seeds, timeout_s=0)
     assert {query.id: query.query.runId for query in manager.runtime.queries.values()} == runs
     assert manager.runtime.tasks == tasks
+    assert not any(query.bound_file.exists() for query in manager.runtime.queries.values())
+
+    # ... and so does one that fails after the drain, while new queries are being made (a state copy breaks)
+    records = set(manager.runtime._load_records())
+
+    def broken_copy(self, states, copies):
+        raise LookupError("keyed operator per_sensor: worker 0 has no state version 7")
+
+    monkeypatch.setattr(FragmentQuery, "seed", broken_copy)
+    with pytest.raises(DeployFailed, match="not handed over .*keyed operator per_sensor: worker 0 has no state version 7"):
+        manager.replace(0.95)
+    monkeypatch.undo()
+    assert {query.id: query.query.runId for query in manager.runtime.queries.values()} == runs
+    assert manager.runtime.tasks == tasks and manager.snapshot().dataflows[second.id].tasks == second.tasks
+    assert set(manager.runtime._load_records()) == records, "the new queries' records are gone"
     assert not any(query.bound_file.exists() for query in manager.runtime.queries.values())
 
     produce(kafka_bootstrap, urban, two)  # in flight when the work is handed over ...
