@@ -271,3 +271,21 @@ def test_real_report_of_one_mode_and_its_defrag_steps():
     assert "RIoT, RW1 (2 apps, trace seed 0, walk of 40 steps)" in text
     assert "| reuse | 2 | 10 | 10.0 | 2 | 1.5 | 1.38 |" in text
     assert "| reuse | 1 | 1 | 2 -> 1 | 1.50 -> 1.25 | q1 + q2 -> q3 |" in defrag_markdown(results)
+
+
+@pytest.mark.redis
+def test_the_walk_sweep_counts_what_the_manager_runs():
+    """benchmarks.reuse_walks computes a walk's running tasks from signatures; the manager (dry run) runs
+    exactly those at every walk step, alone and with reuse, and a walk with more dataflows running saves more."""
+    from benchmarks.measure import Progress
+    from benchmarks.reuse_walks import check, grouped, signature_sets, walk
+
+    workload = reuse.workloads()["riot-paper"]
+    assert check(workload, range(7, 8), Progress(every=1e9)) == 200
+    signatures = signature_sets(workload)
+    rows = [walk(workload, seed, signatures) for seed in range(1, 61)]
+    assert all(0 < row["reduction"] < 1 and row["mean_reuse"] < row["mean_alone"] for row in rows)
+    groups = grouped(rows)
+    assert sum(group["seeds"] for group in groups) == 60
+    few, many = groups[0], groups[-1]
+    assert few["median_dataflows"] < many["median_dataflows"] and few["reduction_median"] < many["reduction_median"]
