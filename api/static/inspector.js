@@ -402,6 +402,14 @@ function renderWan(answer) {
   if (!answer.ok) { box.append("No WAN configuration: every equivalent task is shared."); return; }
   const links = [...(answer.body.links || [])].sort((a, b) => (b.utilization || 0) - (a.utilization || 0));
   box.append(el("div", {}, `sites: ${(answer.body.sites || []).map((s) => s.name || s).join(", ")}`));
+  const auto = answer.body.last_replacement;  // the service's own re-placement (``replacement`` configured)
+  if (auto) {
+    const when = new Date(auto.at * 1000).toLocaleTimeString();
+    box.append(el("p", { class: auto.error ? "last-replacement error" : "last-replacement" }, auto.error
+      ? `Automatic re-placement failed at ${when}, nothing changed: ${auto.error}`
+      : `Automatic re-placement at ${when}: ${auto.dataflows.length} dataflow(s) re-planned, ` +
+        `${auto.start.length} task(s) started, ${auto.stop.length} stopped.`));
+  }
   if (ui.replaced && Date.now() - ui.replaced.at < 60000) {  // the last "Re-place now", for a minute
     box.append(el("p", { class: ui.replaced.ok ? "replace-result success" : "replace-result error" }, ui.replaced.text));
   }

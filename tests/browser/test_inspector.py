@@ -86,6 +86,14 @@ def test_submit_see_graph_and_reuse_then_error_then_remove(page, tmp_path):
     assert (tmp_path / "inspector.png").stat().st_size > 10_000
 
 
+# A filter of Ohio's stream with its results at Virginia: where the filter runs decides what crosses ohio -> virginia.
+OHIO_HOT = {"name": "ohio-hot", "tasks": [
+    {"id": "src", "type": "source", "config": {"topic": "urban", "schema": {"sensor": "string", "temp": "double"}}},
+    {"id": "hot", "type": "filter", "config": {"expr": "temp > 30"}},
+    {"id": "out", "type": "sink", "site": "virginia", "config": {"topic": "ohio-hot"}}],
+    "streams": [{"from": "src", "to": "hot"}, {"from": "hot", "to": "out"}]}
+
+
 def test_wan_panel_shows_sites_and_links(page):
     config = json.loads((EXAMPLES / "wan" / "wan-config.json").read_text())
     answer = page.request.put(page.url + "wan", data=json.dumps(config), headers={"content-type": "application/json"})
@@ -93,12 +101,7 @@ def test_wan_panel_shows_sites_and_links(page):
     expect(page.locator("#wan-body")).to_contain_text("sites: virginia, california")
     expect(page.locator("#wan-body")).to_contain_text("link(s) carry nothing")
     # a filter of Ohio's stream with its results at Virginia: the raw stream crosses ohio -> virginia
-    flow = {"name": "ohio-hot", "tasks": [
-        {"id": "src", "type": "source", "config": {"topic": "urban", "schema": {"sensor": "string", "temp": "double"}}},
-        {"id": "hot", "type": "filter", "config": {"expr": "temp > 30"}},
-        {"id": "out", "type": "sink", "site": "virginia", "config": {"topic": "ohio-hot"}}],
-        "streams": [{"from": "src", "to": "hot"}, {"from": "hot", "to": "out"}]}
-    _submit(page, flow)
+    _submit(page, OHIO_HOT)
     expect(page.locator("#submit-result")).to_contain_text("Submitted df-1")
     row = page.locator('#wan-body tr[data-link="ohio>virginia"]')
     expect(row).to_contain_text("16")  # the configured estimate: nothing runs, nothing is measured
@@ -123,6 +126,25 @@ def test_wan_panel_shows_sites_and_links(page):
     expect(page.locator('#wan-body tr[data-link="canada>virginia"]')).to_contain_text("8")
     expect(page.locator("#wan-body .replacement-plan")).to_have_count(0)  # nothing is hot any more
     assert page.request.get(page.url + "dataflows/df-1").json()["id"] == "df-1"
+
+
+def test_the_wan_panel_shows_what_the_services_own_re_placement_did(page):
+    config = json.loads((EXAMPLES / "wan" / "wan-config.json").read_text())
+    answer = page.request.put(page.url + "wan", data=json.dumps(config), headers={"content-type": "application/json"})
+    assert answer.ok, answer.text()
+    _submit(page, OHIO_HOT)
+    expect(page.locator("#submit-result")).to_contain_text("Submitted df-1")
+    expect(page.locator("#wan-body .last-replacement")).to_have_count(0)  # not configured: no watcher
+    for link in config["links"]:  # ohio <-> virginia too thin for the raw stream, and the service re-places itself
+        if {link["from"], link["to"]} == {"ohio", "virginia"}:
+            link["bandwidth_mbps"] = 10
+    config["replacement"] = {"utilization": 0.95, "check_every_s": 0.2}
+    answer = page.request.put(page.url + "wan", data=json.dumps(config), headers={"content-type": "application/json"})
+    assert answer.ok, answer.text()
+    expect(page.locator("#wan-body .last-replacement")).to_contain_text(
+        "1 dataflow(s) re-planned, 2 task(s) started, 2 stopped.", timeout=30_000)
+    expect(page.locator('#wan-body tr[data-link="ohio>virginia"]')).to_have_count(0)
+    expect(page.locator("#wan-body .replacement-plan")).to_have_count(0)  # nothing is hot any more
 
 
 def test_a_service_with_tokens_needs_one_and_the_inspector_sends_it(settings_factory, tmp_path):
