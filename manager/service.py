@@ -135,10 +135,10 @@ class Limits:
                               culprit={"limit": "SANA_MAX_QUERIES"})
 
 
-
 def _streams_basis(state: State, measured: dict[str, float]) -> str:
     """The basis of the loads of all links together: whether the streams crossing between sites were measured."""
     return basis({producer in measured for producer in state.arrivals})
+
 
 class Manager:
     """The reuse manager over one Redis prefix and one runtime."""

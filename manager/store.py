@@ -238,13 +238,7 @@ class Store:
     def commit_state(self, after: State, before: State) -> int:
         """Replace the state with ``after`` in one transaction (re-placement); ``before`` is the state it was
         planned against. A staged copy (:meth:`stage`) goes in the same transaction."""
-        staged = self.staged()
-
-        def write(pipe: redis.client.Pipeline) -> None:
-            self._write_everything(pipe, after)
-            pipe.delete(staged.meta, *staged._data_keys())
-
-        return self._commit(before.version, write)
+        return self._commit(before.version, lambda pipe: self._replace_with(pipe, after))
 
     def staged(self) -> "Store":
         """Where a change deployed but not yet committed keeps the state after it (``<prefix>:staged:*``)."""
@@ -263,19 +257,20 @@ class Store:
 
     def complete_staged(self) -> int:
         """Commit the staged state whatever the version (a restart finishing the change); returns the new version."""
-        staged = self.staged()
-        after = staged.load()
-
-        def write(pipe: redis.client.Pipeline) -> None:
-            self._write_everything(pipe, after)
-            pipe.delete(staged.meta, *staged._data_keys())
-
-        return self._commit(None, write, expect_missing=True)
+        after = self.staged().load()
+        return self._commit(None, lambda pipe: self._replace_with(pipe, after), expect_missing=True)
 
     def drop_staged(self) -> None:
         """Forget a staged state and the pending change (its deployment was undone)."""
+        self.redis.delete(*self._staged_keys(), self.pending)
+
+    def _replace_with(self, pipe: redis.client.Pipeline, after: State) -> None:
+        self._write_everything(pipe, after)
+        pipe.delete(*self._staged_keys())
+
+    def _staged_keys(self) -> tuple[str, ...]:
         staged = self.staged()
-        self.redis.delete(staged.meta, *staged._data_keys(), self.pending)
+        return (staged.meta, *staged._data_keys())
 
     def _data_keys(self) -> tuple[str, ...]:
         return (self.dataflows, self.tasks, self.signatures, self.refcounts, self.task_dag, self.wan, self.wan_notes)

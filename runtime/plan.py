@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.broker.offsets import probe_consumer
 from runtime.exceptions import HandOverFailed, RuntimeFailure
-from runtime.plan import Change, TaskSpec, seeds_problem
+from runtime.plan import Change, seeds_problem
 from runtime.spark.cut import Offsets, drain, lift_bounds, set_bounds, topic_ends
 from runtime.spark.fragment import REPLAYS_KEY, FragmentQuery, StateCopy
 
@@ -58,17 +58,11 @@ class HandOver:
     cut: Offsets
     seeds: Mapping[str, str]
     hosts: Mapping[str, FragmentQuery]  # every task of the group (as it ran before the change) -> its query
-    replays: dict[str, Any]
-    started: set[str]  # the tasks the change starts
+    saved: Mapping[str, tuple[int | None, dict[str, Any]]]  # group query id -> its states saved at the cut
+    # Fragments holding a task that runs on (not started by the change): they stay in their queries. A fragment
+    # whose tasks all start anew (a task that keeps its id but moves) gets a new query, which starts at the cut.
+    kept: set[str]
     seeded: set[str] = field(default_factory=set)
-
-    def keeps_host(self, fragment: str, desired: Mapping[str, TaskSpec]) -> bool:
-        """Whether ``fragment`` stays in the query running it: only if a task of it runs on (not restarted).
-
-        A fragment whose tasks all start anew (a task that keeps its id but moves) gets a new query,
-        which starts at the cut with the state they continue.
-        """
-        return any(task.fragment == fragment and task_id not in self.started for task_id, task in desired.items())
 
     def starts(self, query_id: str, inputs: Offsets, fresh_topics: set[str]) -> Offsets:
         """The offsets a new query starts from: the cut where the group read, 0 on a topic created now."""
@@ -85,17 +79,17 @@ class HandOver:
 
     def seed(self, query: FragmentQuery, plan: "QueryLayout") -> None:
         """Give a new query the state at the cut of the tasks its tasks take over (version ``batch_base - 1``)."""
-        states: dict[str, Any] = {REPLAYS_KEY: dict(self.replays)}
+        replays: dict[str, Any] = {}  # the group's replay memory together: upstream batches any of it processed
+        for _, own in self.saved.values():
+            replays.update(own.get(REPLAYS_KEY) or {})
+        states: dict[str, Any] = {REPLAYS_KEY: replays}
         copies = []
-        saved: dict[str, tuple[int | None, dict[str, Any]]] = {}
         for task in plan.tasks:
             source = self.seeds.get(task.id)
             if source is None:
                 continue
             old = self.hosts[source]
-            if old.id not in saved:
-                saved[old.id] = old.saved_states()
-            version, own = saved[old.id]
+            version, own = self.saved[old.id]
             if source in own:
                 states[task.id] = own[source]
                 if version is not None:
@@ -117,7 +111,11 @@ def hand_over(runtime: "SparkRuntime", change: Change, seeds: Mapping[str, str],
     for task in change.stop:
         desired.pop(task.id, None)
     desired.update({task.id: task for task in change.start})
-    _check_seeded_fragments(change.start, desired, seeds, start_ids)
+    kept = {task.fragment for task_id, task in desired.items() if task_id not in start_ids}
+    for task in change.start:  # a task seeded with state must start in a new query
+        if task.id in seeds and task.fragment in kept:
+            raise HandOverFailed(f"task {task.id} would join fragment {task.fragment}, which runs already; "
+                                 "its state can only be handed over to a new query")
 
     query_of = {task.id: query_id for query_id, plan in runtime.plans.items() for task in plan.tasks}
     touched = {query_of[task.id] for task in change.stop if task.id in query_of}
@@ -139,7 +137,8 @@ def hand_over(runtime: "SparkRuntime", change: Change, seeds: Mapping[str, str],
         set_bounds(group, cut)
         drain(group, cut, inside, consumer, timeout_s, max(0.2, min(1.0, runtime.trigger_s / 2)))
         drained = time.monotonic()
-        handing = HandOver({**cut, **topic_ends(consumer, inside)}, dict(seeds), hosts, _replays(group), start_ids)
+        saved = {query.id: query.saved_states() for query in group}
+        handing = HandOver({**cut, **topic_ends(consumer, inside)}, dict(seeds), hosts, saved, kept)
         runtime._converge(desired, reason=change.reason, rollback=True, handing_over=handing)
     except Exception as error:  # the broker, Spark or a state copy: the converge rolled back, the bounds go below
         message = error.message if isinstance(error, RuntimeFailure) else f"{type(error).__name__}: {error}"
@@ -154,21 +153,3 @@ def hand_over(runtime: "SparkRuntime", change: Change, seeds: Mapping[str, str],
              sorted(handing.seeded))
     return {"paused": [query.id for query in group], "cut": handing.cut, "seeded": sorted(handing.seeded),
             "seeded_from": {task: seeds[task] for task in sorted(handing.seeded)}, **timing}
-
-
-def _check_seeded_fragments(start: tuple[TaskSpec, ...], desired: Mapping[str, TaskSpec], seeds: Mapping[str, str],
-                            start_ids: set[str]) -> None:
-    """A task seeded with state must start in a new query: its fragment holds no task that keeps running."""
-    kept = {task.fragment for task_id, task in desired.items() if task_id not in start_ids}
-    for task in start:
-        if task.id in seeds and task.fragment in kept:
-            raise HandOverFailed(f"task {task.id} would join fragment {task.fragment}, which runs already; "
-                                 "its state can only be handed over to a new query")
-
-
-def _replays(queries: list[FragmentQuery]) -> dict[str, Any]:
-    """The replay memory of the group together: upstream batches any of them processed."""
-    merged: dict[str, Any] = {}
-    for query in queries:
-        merged.update(query.saved_states()[1].get(REPLAYS_KEY) or {})
-    return merged

@@ -340,10 +340,9 @@ class SparkRuntime:
         records = self._records
         old = (dict(self.tasks), dict(self.host), {q: query.plan for q, query in self.queries.items()})
         query_sites = {query_id: record.get("site") for query_id, record in records.items()}
-        if handing_over is None:
-            kept = {f: q for f, q in self.host.items() if any(t.fragment == f for t in desired.values())}
-        else:
-            kept = {f: q for f, q in self.host.items() if handing_over.keeps_host(f, desired)}
+        # a running fragment stays in its query; in a hand-over only one with a task that runs on (not restarted)
+        staying = {task.fragment for task in desired.values()} if handing_over is None else handing_over.kept
+        kept = {fragment: query for fragment, query in self.host.items() if fragment in staying}
         host = assign_hosts(desired, kept, query_sites, self._new_query_id, self.hosting and handing_over is None)
         plans = layouts(desired, host, self.prefix)
         created_topics: list[str] = []
