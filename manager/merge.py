@@ -200,7 +200,7 @@ WanReport = tuple[dict[str, dict[str, Any]], list[dict[str, Any]], dict[str, lis
 
 def _wan_report(plan: QueryPlan, running: dict[str, str]) -> WanReport:
     """Per vertex its placement decision; the IN-OP shares refused for bandwidth, for the API and as notes on the
-    tasks they made start; the refusals overruled because refusing would have pressed the WAN harder."""
+    tasks they made start; the refusals overruled because taking every share stood better (:func:`optimizer.planner.standing`)."""
     placement: dict[str, dict[str, Any]] = {}
     not_shared: list[dict[str, Any]] = []
     notes: dict[str, list[dict[str, Any]]] = {}

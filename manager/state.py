@@ -283,3 +283,6 @@ class RunningSet:
 
     def arrivals(self, task_id: str) -> Mapping[str, Iterable[str]]:
         return self._state.arrivals.get(task_id, {})
+
+    def running_tasks(self) -> Iterable[RunningTask]:
+        return [self.task(task_id) for task_id in sorted(self._state.tasks) if self.site(task_id) is not None]

@@ -58,7 +58,8 @@ class RunningView(Protocol):
     ``instances(sig)`` lists the running tasks with that signature (usually
     one; several when a share was refused for bandwidth); ``arrivals(id)``
     maps each *other* site the task's output already crosses to onto the ids
-    of its consumers there (the router's view); ``task(id)`` reads one task.
+    of its consumers there (the router's view); ``task(id)`` reads one task;
+    ``running_tasks()`` lists every running task that has a site.
     """
 
     def instances(self, signature: str) -> Iterable[RunningTask]: ...
@@ -66,6 +67,8 @@ class RunningView(Protocol):
     def task(self, task_id: str) -> RunningTask: ...
 
     def arrivals(self, task_id: str) -> Mapping[str, Iterable[str]]: ...
+
+    def running_tasks(self) -> Iterable[RunningTask]: ...
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,8 @@ class PlanningOptions:
     - ``bandwidth_checks``: Algorithm 1's admission tests;
     - ``wan_placement``: Algorithm 2's WAN-aware rule for tasks with remote
       inputs (else the WAN-unaware default: the first input's site);
-    - ``weigh_refusals``: keep Algorithm 1's refusals only when they press
-      the WAN less than taking every share would
+    - ``weigh_refusals``: keep Algorithm 1's plan only when the flow model
+      says taking every share would not deliver more
       (:func:`optimizer.planner.admit_shares`); off, Algorithm 1 as printed.
     """
 
@@ -203,8 +206,8 @@ class QueryPlan:
     """A placed query: decisions in parents-first order, new crossings, added link loads.
 
     ``overruled`` holds (query task id, refusal) for the refusals of Algorithm 1
-    the planner set aside because refusing would have pressed the WAN harder
-    than sharing (see :func:`optimizer.planner.admit_shares`).
+    the planner set aside because taking every share would deliver more
+    (see :func:`optimizer.planner.admit_shares`).
     """
 
     decisions: dict[str, Decision]

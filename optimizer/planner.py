@@ -23,12 +23,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from optimizer.algorithm1 import admit
-from optimizer.model import SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningView, VertexAdmission
+from optimizer.contention import delivered_mbps
+from optimizer.model import (SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningTask, RunningView,
+                            VertexAdmission)
 from optimizer.opportunities import find_opportunities
 from optimizer.rates import with_rates
 from scheduler.context import PlanContext
 from scheduler.placement import place
 from wan_sim.monitor import WanMonitor, fits
+
+HEADROOM = 2.0
+"""The traffic growth :func:`standing` checks a plan against, as a multiple of today's rates."""
 
 
 @dataclass(frozen=True)
@@ -110,11 +115,15 @@ def admit_shares(
     copy of the vertex, whose inputs must then reach another site; where
     bandwidth is scarce everywhere those inputs (raw streams, larger than the
     shared output) contend too, and the refusal adds load instead of taking
-    it off. So when Algorithm 1 refused something, taking every share is
-    tried as well, and the refusals are kept only if they press the WAN no
-    harder (:func:`pressure`: the highest utilization of a link the plan
-    adds to, then the Mbps it adds beyond spare bandwidth); otherwise every
-    share is admitted and the refusals are reported as ``overruled``
+    it off. Algorithm 2's placement, which sees the bandwidth admitted shares
+    reserve, can likewise crowd a link that taking every share would leave
+    alone. So the query is also placed taking every share, bandwidth
+    unchecked, and the two plans are weighed (:func:`standing`): the one
+    under which the running set and the query would deliver more, by the
+    flow model (:mod:`optimizer.contention`), wins; on a tie, the one adding
+    less WAN traffic, then the one pressing the WAN less (:func:`pressure`).
+    Algorithm 1's plan is kept unless taking every share is strictly better;
+    otherwise its refusals are reported as ``overruled``
     (``PlanningOptions.weigh_refusals``; docs/wan.md, "Why Sana lost to
     Max-Share").
 
@@ -129,10 +138,11 @@ def admit_shares(
     query = with_rates(query, wan.config, configs)
     forced = dict(forced or {})
     trial, plan = _admit_checked(query, running, wan, options, forced)
-    if not (options.bandwidth_checks and options.weigh_refusals and plan.refusals):
+    if not (options.bandwidth_checks and options.weigh_refusals):
         return trial.admissions()
     sharing_trial, sharing = _try(query, running, wan, replace(options, bandwidth_checks=False), {}, forced)
-    if pressure(sharing, wan) < pressure(plan, wan):
+    present = tuple(running.running_tasks())
+    if standing(sharing, query, present, wan, options.router) < standing(plan, query, present, wan, options.router):
         return sharing_trial.admissions(compared=trial.compared, skipped=trial.skipped, overruled=tuple(plan.refusals))
     return trial.admissions()
 
@@ -166,6 +176,29 @@ def plan_query(
     {('x', 'a'): 10.0, ('a', 'b'): 5.0}
     """
     return place(admit_shares(query, running, wan, options, forced), running, wan)
+
+
+def standing(plan: QueryPlan, query: Sequence[QueryTask], running: Sequence[RunningTask], wan: WanMonitor,
+             router: bool) -> tuple[float, ...]:
+    """How good ``plan`` is on the WAN, lower is better. First what the sinks of the running set and of the
+    query would receive with it (:func:`optimizer.contention.delivered_mbps`, negated), at today's rates and
+    then at :data:`HEADROOM` times them (a plan that still delivers when traffic grows leaves room for the
+    queries to come); then the Mbps it adds to the WAN; then :func:`pressure`. Rounded, so that plans that
+    do the same compare equal.
+
+    >>> from optimizer.model import Decision
+    >>> from wan_sim.topology import parse_wan_config
+    >>> monitor = WanMonitor(parse_wan_config({"sites": ["a", "b"], "links": [
+    ...     {"from": "a", "to": "b", "bandwidth_mbps": 30, "latency_ms": 5}]}))
+    >>> query = (QueryTask("s", "sig-s", "source", rate_mbps=20.0, site="a"),
+    ...          QueryTask("k", "sig-k", "sink", (("in", "s"),), rate_mbps=20.0, site="b"))
+    >>> plan = QueryPlan({"s": Decision("s", "create", "a", "source"), "k": Decision("k", "create", "b", "pinned")},
+    ...                  link_delta={("a", "b"): 20.0})
+    >>> standing(plan, query, (), monitor, router=True)   # all 20 Mbps arrive; of 40, 30
+    (-20.0, -30.0, 20.0, 0.666666667, 0.0)
+    """
+    delivered = (-round(delivered_mbps(running, query, plan, wan, router, scale), 6) for scale in (1.0, HEADROOM))
+    return (*delivered, round(sum(plan.link_delta.values()), 6), *pressure(plan, wan))
 
 
 def pressure(plan: QueryPlan, wan: WanMonitor) -> tuple[float, float]:

@@ -23,6 +23,9 @@ class EmptyRunning:
     def arrivals(self, task_id: str) -> Mapping[str, Iterable[str]]:
         return {}
 
+    def running_tasks(self) -> Iterable[RunningTask]:
+        return ()
+
 
 class DictRunning:
     """A running set given as tasks; arrivals derived with routers (one crossing per producer and site).
@@ -50,3 +53,6 @@ class DictRunning:
 
     def arrivals(self, task_id: str) -> Mapping[str, Iterable[str]]:
         return self._arrivals.get(task_id, {})
+
+    def running_tasks(self) -> Iterable[RunningTask]:
+        return tuple(self._tasks.values())

@@ -111,6 +111,11 @@ class WanMonitor:
     def load(self, src: str, dst: str) -> float:
         return self._loads.get((src, dst), 0.0)
 
+    @property
+    def loads(self) -> dict[tuple[str, str], float]:
+        """The load of every link that carries any, in Mbps."""
+        return dict(self._loads)
+
     def spare(self, src: str, dst: str) -> float:
         """Available bandwidth ``src -> dst`` in Mbps (negative when the link is oversubscribed)."""
         if src == dst:

@@ -50,6 +50,9 @@ class Deployment:
     def arrivals(self, task_id: str) -> Mapping[str, Iterable[str]]:
         return self._arrivals.get(task_id, {})
 
+    def running_tasks(self) -> Iterable[RunningTask]:
+        return self.tasks.values()
+
     def link_loads(self) -> dict[tuple[str, str], float]:
         """Demand per link at full source rates (routers: one crossing per producer and site)."""
         loads: dict[tuple[str, str], float] = {}
@@ -273,24 +276,27 @@ def replace_over_threshold(deployment: Deployment, scenario: Scenario, result: F
                            plan) -> dict[str, Any] | None:
     """Re-place the queries whose streams cross a link at or above ``threshold`` utilization (paper section 6).
 
-    Each such query is taken out and planned again (``plan``: the optimizer's and the scheduler's stages
-    of a submit) on the running set and the current WAN, in arrival order; the tasks other queries use
-    stay where they are, so what moves is the query's own work (a share the degraded link no longer
-    carries becomes a copy elsewhere, if Algorithm 1 finds a better site). Returns what changed, or None
-    when nothing did (nothing crosses a hot link, or every plan is the same again).
+    The queries with a stream over a hot link are taken out together, then each is planned again (``plan``:
+    the optimizer's and the scheduler's stages of a submit) in arrival order, on the running set without
+    them and the current WAN, so none is planned beside the others' old load on the link. The tasks other
+    queries use stay where they are, so what moves is those queries' own work (a share the degraded link no
+    longer carries becomes a copy elsewhere, if Algorithm 1 finds a better site). Returns what changed, or
+    None when nothing did (nothing crosses a hot link, or every plan is the same again).
     """
     hot = {(link.src, link.dst) for link in result.links if link.utilization >= threshold - 1e-9}
     if not hot:
         return None
     names = deployment.crossing_queries(hot)
     by_name = {query.name: query for query in scenario.queries}
+    before = {name: {task_id: (entry["running"], entry["site"]) for task_id, entry in deployment.placement[name].items()}
+              for name in names}
+    for name in reversed(names):
+        deployment.remove(name)
     moved: dict[str, list[str]] = {}
     for name in names:
-        before = {task_id: (entry["running"], entry["site"]) for task_id, entry in deployment.placement[name].items()}
-        deployment.remove(name)
         plan(by_name[name])
         after = {task_id: (entry["running"], entry["site"]) for task_id, entry in deployment.placement[name].items()}
-        changed = sorted(task_id for task_id in after if after[task_id] != before.get(task_id))
+        changed = sorted(task_id for task_id in after if after[task_id] != before[name].get(task_id))
         if changed:
             moved[name] = changed
     if not moved:

@@ -117,3 +117,42 @@ def degrading_link() -> dict[str, Any]:
     document["bandwidth_changes"] = [{"at_s": 55, "from": "P", "to": "H2", "bandwidth_mbps": 5}]
     document["duration_s"] = 90
     return document
+
+
+def degrading_link_under_a_later_share() -> dict[str, Any]:
+    """:func:`degrading_link` with the homes swapped: q1 writes at H2 and q2 at P, and S -> H2 is slower (60 ms).
+
+    q1's filter goes to P (its output crosses P -> H2 at 100 Mbps) and q2 shares it there without crossing
+    any link of its own; when P -> H2 degrades, q1 is planned again while q2 still uses the filter q1 made.
+    """
+    document = degrading_link()
+    document["name"] = "degrading-link-under-a-later-share"
+    document["queries"][0]["tasks"][2]["site"] = "H2"
+    document["queries"][1]["tasks"][2]["site"] = "P"
+    document["wan"]["links"][1]["latency_ms"] = 60
+    return document
+
+
+def refusal_slows_the_running() -> dict[str, Any]:
+    """A refusal whose copy slows a query already running (docs/wan.md, "Why Sana lost to Max-Share").
+
+    The Figure-6 sites with a second stream B (20 Mbps) at S, which q0 reads
+    at H2 from the start. Then q1 and q2 as in :func:`unaware_sharing_hurts`.
+    S -> H2 has 32 Mbps, P -> H2 7.5 Mbps.
+    """
+    document = unaware_sharing_hurts()
+    document["name"] = "refusal-slows-the-running"
+    document["wan"]["links"] = [
+        {"from": "S", "to": "P", "bandwidth_mbps": 100, "latency_ms": 10},
+        {"from": "S", "to": "H2", "bandwidth_mbps": 32, "latency_ms": 20},
+        {"from": "P", "to": "H2", "bandwidth_mbps": 7.5, "latency_ms": 20},
+    ]
+    document["sources"]["B"] = {"site": "S", "rate_rps": 1000, "record_bytes": 2500}
+    for query in document["queries"]:
+        query["at_s"] += 10
+    document["queries"].insert(0, {
+        "name": "q0", "at_s": 0,
+        "tasks": [{"id": "b", "type": "source", "stream": "B"}, {"id": "k", "type": "sink", "site": "H2"}],
+        "streams": [["b", "k"]],
+    })
+    return document

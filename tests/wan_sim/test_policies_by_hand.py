@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.wan_sim.scenarios import degrading_link, scarce_everywhere, two_sources_two_queries, unaware_sharing_hurts
+from optimizer.model import QueryTask
+from optimizer.planner import plan_query, pressure, standing
+from tests.wan_sim.scenarios import (degrading_link, degrading_link_under_a_later_share, refusal_slows_the_running, scarce_everywhere, two_sources_two_queries,
+                                    unaware_sharing_hurts)
+from wan_sim.monitor import WanMonitor
+from wan_sim.policies import policy_options
 from wan_sim.scenario import parse_scenario
-from wan_sim.simulate import simulate
+from wan_sim.simulate import Deployment, simulate, to_query_tasks
 
 
 def _run(document, policy):
@@ -160,6 +165,56 @@ def test_sana_reports_the_refusals_it_overruled_and_keeps_those_that_relieve_the
     assert unaware.deployment.overruled == [] and len(unaware.deployment.refusals) == 2
 
 
+# Why weighing by pressure alone still lost to Max-Share: it sees the links a plan adds to, not the queries
+# already running on them. q0 streams B (20 Mbps) from S to H2 (32 Mbps); then q1 and q2 as in Figure 6, with
+# P -> H2 at 7.5 Mbps.
+#
+# sana-printed: Algorithm 1 refuses the share of q1's filter (10 Mbps needed on P -> H2, 7.5 spare) and the
+#   co-location at P; the copy at H2 costs 20*20^2/32 = 250 against 10*20^2/7.5 = 533 at P, so it reads A over
+#   S -> H2: A and B, 40 Mbps on 32, both run at 0.8: q0, q1 and q2 800 records/s each, 2400 in all.
+#   Achieved loads: S -> H2 32, S -> P 16.
+# Pressure, the rule before this one, kept that refusal: the refusal plan takes S -> H2 to 40/32 = 1.25 of its
+#   capacity, the sharing plan P -> H2 to 10/7.5 = 1.333.
+# sana: the flow model of the whole running set with each plan. Refusing: A and B at 0.8, 20*0.8 = 16 Mbps of
+#   source data reach each of the three sinks, 48 in all. Sharing: P -> H2 carries 10 on 7.5, so A runs at
+#   0.75 (15 Mbps to q1's sink and q2's); B alone on S -> H2 (20 on 32) at 1 (20 to q0's): 50. Sharing
+#   delivers more, the refusals are overruled: q0 1000, q1 and q2 750 each, 2500 in all, as Max-Share.
+#   (At twice the rates, the headroom check: refusing, 80 on 32, all at 0.4: 3 x 40 x 0.4 = 48; sharing,
+#   A at 7.5/20 = 0.375, B at 32/40 = 0.8: 2 x 15 + 32 = 62.)
+#   Achieved loads: S -> P 15, P -> H2 7.5, S -> H2 20.
+RUNNING = {
+    "max-share": ({("P", "H2"): 7.5, ("S", "H2"): 20.0, ("S", "P"): 15.0}, {"q0": 1000.0, "q1": 750.0, "q2": 750.0}),
+    "sana-printed": ({("S", "H2"): 32.0, ("S", "P"): 16.0}, {"q0": 800.0, "q1": 800.0, "q2": 800.0}),
+    "sana": ({("P", "H2"): 7.5, ("S", "H2"): 20.0, ("S", "P"): 15.0}, {"q0": 1000.0, "q1": 750.0, "q2": 750.0}),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(RUNNING))
+def test_a_refusal_that_slows_running_queries_is_overruled(policy):
+    loads, throughput = RUNNING[policy]
+    result, have_loads, per_query = _run(refusal_slows_the_running(), policy)
+    assert have_loads == loads
+    assert {name: value[0] for name, value in per_query.items()} == throughput
+    if policy == "sana":
+        assert [(item["query"], item["kind"]) for item in result.deployment.overruled] == [("q2", "IN-OP"), ("q2", "IN")]
+
+
+def test_the_refusal_above_presses_the_wan_less_yet_delivers_less():
+    scenario = parse_scenario(refusal_slows_the_running())
+    deployment = Deployment(router=True)
+    for query in scenario.queries[:2]:
+        monitor = WanMonitor(scenario.wan, deployment.link_loads())
+        deployment.apply(query, plan_query(to_query_tasks(query), deployment, monitor).decisions)
+    monitor = WanMonitor(scenario.wan, deployment.link_loads())
+    tasks: list[QueryTask] = to_query_tasks(scenario.queries[2])
+    refusing = plan_query(tasks, deployment, monitor, policy_options("sana-printed"))
+    sharing = plan_query(tasks, deployment, monitor, policy_options("max-share"))
+    assert pressure(refusing, monitor) == (1.25, 8.0) and pressure(sharing, monitor) == (1.333333333, 2.5)
+    running = tuple(deployment.running_tasks())
+    assert standing(refusing, tasks, running, monitor, True)[:3] == (-48.0, -48.0, 20.0)
+    assert standing(sharing, tasks, running, monitor, True)[:3] == (-50.0, -62.0, 10.0)
+
+
 # Re-placement when a link degrades mid-run (paper section 6: the monitor triggers it).
 # Figure 6's sites with P -> H2 at 100 Mbps, so q2 (10 s) shares q1's filter at P: 1000 + 1000 records/s.
 # At 55 s P -> H2 drops to 5 Mbps: the share's 10 Mbps get 5, A is throttled to 0.5: 500 + 500.
@@ -179,6 +234,20 @@ def test_a_degraded_link_triggers_re_placement_and_sana_un_shares(policy, after)
         assert result.deployment.placement["q1"]["f"]["running"] == "q1.f"
     else:
         assert result.replacements == ()
+
+
+def test_a_query_re_placed_while_its_task_runs_for_another_gives_its_copy_a_name_of_its_own():
+    """q1 made the filter q1.f at P, which q2 shares. P -> H2 degrades: q1 is planned again and copies the
+    filter at H2 while q2 still uses q1.f. The copy used to take the same name and overwrite q1.f (the running
+    set then lost track of it); it is q1.f~2, and every running task is indexed once, under its signature."""
+    result = simulate(parse_scenario(degrading_link_under_a_later_share()), "sana")
+    assert result.replacements == ({"at_s": 60.0, "links": ["P -> H2"], "queries": ["q1"], "moved": {"q1": ["f"]}},)
+    deployment = result.deployment
+    assert sorted(deployment.tasks) == ["q1.a", "q1.f", "q1.f~2", "q1.k", "q2.k"]
+    assert deployment.placement["q1"]["f"] == {"running": "q1.f~2", "site": "H2", "rule": "wan", "action": "create"}
+    assert deployment.placement["q2"]["f"]["running"] == "q1.f" and deployment.tasks["q1.f"].site == "P"
+    indexed = sorted(task_id for ids in deployment._by_signature.values() for task_id in ids)
+    assert indexed == sorted(deployment.tasks)
 
 
 def test_without_a_replacement_setting_nothing_is_re_placed():

@@ -1,0 +1,111 @@
+"""What a plan would deliver: the running set and a query's plan in the max-min fair flow model.
+
+Backpressure slows every source to the pace of its most contended link,
+and with it every query that reads that source, its other paths included
+(:mod:`wan_sim.flow`). A plan's own peak utilization sees only the links it
+adds to; the throughput the whole running set would deliver with the plan
+sees what it does to the queries already running as well.
+
+The model is built from what the optimizer knows: each task's site, its
+inputs and its estimated (or measured) output rate. A task's output is
+linear in its inputs, with the factor its rates give (output over the sum
+of its inputs). A query's throughput is the rate of its sources that its
+sinks receive; a sink is a task nothing reads. Load the monitor sees on a
+link beyond what the running tasks' streams explain (measured traffic of
+other kinds) is taken off the link's capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from optimizer.model import QueryPlan, QueryTask, RunningTask
+from wan_sim.flow import FlowTask, max_min_throttles, source_vectors, stream_crossings
+from wan_sim.monitor import WanMonitor
+
+
+def delivered_mbps(
+    running: Iterable[RunningTask],
+    query: Sequence[QueryTask],
+    plan: QueryPlan,
+    wan: WanMonitor,
+    router: bool,
+    scale: float = 1.0,
+) -> float:
+    """The source Mbps that every sink of the running set and of ``plan`` would receive, summed over sinks;
+    ``scale`` multiplies every source's rate and the other traffic on the links.
+
+    >>> from wan_sim.topology import parse_wan_config
+    >>> wan = WanMonitor(parse_wan_config({"sites": ["x", "y"], "links": [
+    ...     {"from": "x", "to": "y", "bandwidth_mbps": 10, "latency_ms": 5}]}))
+    >>> running = [RunningTask("s", "sig-s", "source", "x", (), 40.0),
+    ...            RunningTask("k", "sig-k", "sink", "y", (("in", "s"),), 40.0)]
+    >>> delivered_mbps(running, (), QueryPlan({}), wan, router=True)   # 40 Mbps over a 10 Mbps link
+    10.0
+    >>> delivered_mbps(running, (), QueryPlan({}), wan.with_loads({("x", "y"): 46.0}), router=True)  # 6 of other traffic
+    4.0
+    """
+    running = tuple(running)
+    tasks = _flow_tasks(running, query, plan, scale)
+    vectors = source_vectors(tasks)
+    coefficients: dict[tuple[str, str], dict[str, float]] = {}
+    capacities: dict[tuple[str, str], float] = {}
+    background = _background(running, wan, router)
+    for producer, src, dst in stream_crossings(tasks, router):
+        capacities[(src, dst)] = max(0.0, wan.capacity(src, dst) - scale * background.get((src, dst), 0.0))
+        target = coefficients.setdefault((src, dst), {})
+        for source, rate in vectors[producer].items():
+            target[source] = target.get(source, 0.0) + rate
+    sources = [task_id for task_id, task in tasks.items() if not task.inputs]
+    throttle = max_min_throttles(coefficients, capacities, sources)
+    read = {parent for task in tasks.values() for parent in task.inputs}
+    total = 0.0
+    for task_id, task in tasks.items():
+        if task_id in read or not task.inputs:
+            continue
+        total += sum(tasks[source].demand_mbps * throttle[source] for source in vectors[task_id])
+    return round(total, 9)
+
+
+def _background(running: Sequence[RunningTask], wan: WanMonitor, router: bool) -> dict[tuple[str, str], float]:
+    """Per link, the load the monitor sees beyond what the running tasks' streams explain (other traffic)."""
+    by_id = {task.id: task for task in running}
+    explained: dict[tuple[str, str], float] = {}
+    seen: set[tuple[str, str]] = set()
+    for task in running:
+        for _, parent in task.inputs:
+            producer = by_id.get(parent)
+            if producer is None or producer.site == task.site or (router and (parent, task.site) in seen):
+                continue
+            seen.add((parent, task.site))
+            link = (producer.site, task.site)
+            explained[link] = explained.get(link, 0.0) + producer.rate_mbps
+    extra = {link: load - explained.get(link, 0.0) for link, load in wan.loads.items()}
+    return {link: value for link, value in extra.items() if value > 1e-9}
+
+
+def _flow_tasks(running: Iterable[RunningTask], query: Sequence[QueryTask], plan: QueryPlan, scale: float) -> dict[str, FlowTask]:
+    rates: dict[str, float] = {}
+    shape: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for task in running:
+        rates[task.id] = task.rate_mbps
+        shape[task.id] = (task.site, tuple(parent for _, parent in task.inputs))
+    by_id = {task.id: task for task in query}
+    mapping: dict[str, str] = {}
+    for task_id, decision in plan.decisions.items():
+        if decision.action == "reuse" and decision.running is not None:
+            mapping[task_id] = decision.running
+            continue
+        new_id = f"plan:{task_id}"
+        task = by_id[task_id]
+        rates[new_id] = task.rate_mbps or 0.0
+        shape[new_id] = (decision.site, tuple(mapping[parent] for _, parent in task.inputs))
+        mapping[task_id] = new_id
+    result: dict[str, FlowTask] = {}
+    for task_id, (site, inputs) in shape.items():
+        if not inputs:
+            result[task_id] = FlowTask(task_id, site, demand_mbps=rates[task_id] * scale)
+            continue
+        arriving = sum(rates[parent] for parent in inputs)
+        result[task_id] = FlowTask(task_id, site, inputs, rates[task_id] / arriving if arriving > 0 else 0.0)
+    return result
