@@ -69,41 +69,20 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
     """What re-placement would do now: the hot links and, per dataflow crossing one, the tasks that would move.
 
     ``state`` is not changed. ``measured`` maps running task ids onto the Mbps the runtime measured them
-    writing. A dataflow whose plan comes out the same is listed with no moves; one that cannot be planned
-    again (no site can take a task) is listed with the error and left as it is.
+    writing. The dataflows crossing a hot link are taken off together, then planned again in the order they
+    were submitted, so none is planned beside the others' old load on the link. If one of them cannot be
+    planned again, each is instead taken off and planned again on its own, in the same order: one that cannot
+    (no site can take a task) is then listed with the error and left as it is. A dataflow whose plan comes out
+    the same is listed with no moves.
     """
     hot = hot_links(state, measured, threshold)
     crossing = crossing_dataflows(state, {(row["from"], row["to"]) for row in hot})
-    work = state  # each dataflow is planned on a copy of it, which becomes ``work`` once it succeeds
-    dataflows = []
-    seeds: dict[str, str] = {}
-    for dataflow_id in sorted(crossing, key=lambda name: int(name.rsplit("-", 1)[-1])):
-        flow = work.dataflows[dataflow_id]
-        entry: dict[str, Any] = {"dataflow": dataflow_id, "name": flow.name,
-                                 "links": sorted(f"{src} -> {dst}" for src, dst in crossing[dataflow_id])}
-        before = {task: (running, work.tasks[running].site) for task, running in flow.tasks.items()}
-        trial = copy.deepcopy(work)
-        try:
-            apply_unmerge(trial, plan_unmerge(trial, dataflow_id))
-            parsed = dataclasses.replace(parse_dataflow(flow.document), owner=flow.owner)
-            plan = plan_merge(trial, parsed, flow.submitted_at, sharing=sharing, measured=measured,
-                              dataflow_id=dataflow_id)
-        except SanaError as error:
-            dataflows.append({**entry, "moves": [], "error": error.to_dict()})
-            continue
-        apply_merge(trial, plan)
-        moves = []
-        for task, (running, site) in sorted(before.items()):
-            now = plan.dataflow.tasks[task]
-            now_site = trial.tasks[now].site
-            if trial.tasks[now] != work.tasks.get(now):
-                seeds[now] = seeds.get(running, running)  # a task started twice continues the first one's state
-            if (now, now_site) != (running, site):
-                moves.append({"task": task,
-                              "from": {"running_task": running, "site": site, "shared": len(state.users[running]) > 1},
-                              "to": {"running_task": now, "site": now_site, "new": now not in state.tasks}})
-        work = trial
-        dataflows.append({**entry, "moves": moves, "not_shared": list(plan.not_shared)})
+    order = sorted(crossing, key=lambda name: int(name.rsplit("-", 1)[-1]))
+    links = {dataflow_id: sorted(f"{src} -> {dst}" for src, dst in crossing[dataflow_id]) for dataflow_id in order}
+    try:
+        work, dataflows, seeds = _replan(state, order, links, measured, sharing, together=True)
+    except SanaError:
+        work, dataflows, seeds = _replan(state, order, links, measured, sharing, together=False)
     moved = [row for row in dataflows if row["moves"]] or dataflows
     change = running_change(state, work, reason=f"re-place {len(moved)} dataflow(s) over "
                                                  f"{', '.join(sorted({link for row in moved for link in row['links']}))}")
@@ -112,6 +91,49 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
     report = {"threshold": threshold, "hot_links": hot, "dataflows": dataflows, "executed": False,
               "start": sorted(started), "stop": sorted(spec.id for spec in change.stop)}
     return Replacement(report, work, change, seeds)
+
+
+def _replan(state: State, order: list[str], links: Mapping[str, list[str]], measured: Mapping[str, float],
+            sharing: bool, together: bool) -> tuple[State, list[dict[str, Any]], dict[str, str]]:
+    """Plan the dataflows in ``order`` again on a copy of ``state``: all taken off first (``together``; raises
+    the first planning error), or each taken off and planned on its own (an error leaves that one as it is).
+    Returns the state after, a report row per dataflow, and the seeds (new task -> the task it continues)."""
+    work = copy.deepcopy(state)
+    if together:
+        for dataflow_id in reversed(order):
+            apply_unmerge(work, plan_unmerge(work, dataflow_id))
+    dataflows: list[dict[str, Any]] = []
+    seeds: dict[str, str] = {}
+    for dataflow_id in order:
+        flow = state.dataflows[dataflow_id]
+        entry: dict[str, Any] = {"dataflow": dataflow_id, "name": flow.name, "links": links[dataflow_id]}
+        before = {task: (running, state.tasks[running].site) for task, running in flow.tasks.items()}
+        trial = work if together else copy.deepcopy(work)
+        try:
+            if not together:
+                apply_unmerge(trial, plan_unmerge(trial, dataflow_id))
+            parsed = dataclasses.replace(parse_dataflow(flow.document), owner=flow.owner)
+            plan = plan_merge(trial, parsed, flow.submitted_at, sharing=sharing, measured=measured,
+                              dataflow_id=dataflow_id)
+        except SanaError as error:
+            if together:
+                raise
+            dataflows.append({**entry, "moves": [], "error": error.to_dict()})
+            continue
+        apply_merge(trial, plan)
+        moves = []
+        for task, (running, site) in sorted(before.items()):
+            now = plan.dataflow.tasks[task]
+            now_site = trial.tasks[now].site
+            if now not in seeds and trial.tasks[now] != state.tasks.get(now):
+                seeds[now] = running  # a task two dataflows start continues the state of the first one's
+            if (now, now_site) != (running, site):
+                moves.append({"task": task,
+                              "from": {"running_task": running, "site": site, "shared": len(state.users[running]) > 1},
+                              "to": {"running_task": now, "site": now_site, "new": now not in state.tasks}})
+        work = trial
+        dataflows.append({**entry, "moves": moves, "not_shared": list(plan.not_shared)})
+    return work, dataflows, seeds
 
 
 def running_change(before: State, after: State, reason: str) -> Change:

@@ -8,11 +8,13 @@ import time
 
 import pytest
 
+import manager.replacement as replacement
 from manager.exceptions import DeployFailed
 from manager.service import Manager, task_wan_fields
 from manager.store import StaleState
 from runtime.exceptions import RuntimeFailure
 from runtime.dryrun import DryRunRuntime
+from scheduler.exceptions import PlacementImpossible
 from tests.fixtures.dataflows import chain, source, task
 from tests.manager.wan_invariants import check_wan_state
 from wan_sim.exceptions import WanConfigInvalid, WanNotConfigured, WanSiteUnknown
@@ -246,6 +248,60 @@ def test_replacement_carried_out_unshares_over_the_hot_link_and_keeps_the_datafl
     quiet = made.replace(0.95)
     assert (quiet["hot_links"], quiet["start"], quiet["stop"], quiet["executed"]) == ([], [], [], True)
     assert made.remove(second.id).terminated  # it is removed like any dataflow, by the id it always had
+
+
+def two_over_the_hot_link(redis_client, state_prefix):
+    """As :func:`planned_unsharing`, with a third dataflow at H2 sharing the filter at P too (P -> H2 at 1.2)."""
+    runtime = MeasuringRuntime(redis_client, state_prefix)
+    made = Manager(redis_client, state_prefix, runtime)
+    made.start()
+    made.set_wan(json.loads(json.dumps(THREE_SITES)))
+    first_document = hot("a", "H3", "one")
+    first_document["tasks"][1]["site"] = "P"
+    first = made.submit(first_document)
+    runtime.written = {first.tasks["hot"]: 250_000.0}
+    second, third = made.submit(hot("b", "H2", "two")), made.submit(hot("c", "H2", "three"))
+    assert second.tasks["hot"] == third.tasks["hot"] == first.tasks["hot"]
+    runtime.written = {first.tasks["hot"]: 750_000.0}
+    return made, first, second, third
+
+
+def test_the_dataflows_over_a_hot_link_are_planned_again_together(redis_client, state_prefix):
+    """Both dataflows at H2 come off together: the first planned again gets a filter at H2 (refused at P, whose
+    link to H2 is over capacity), the second shares it there. Planned one at a time, each would see the other's
+    old load still on P -> H2."""
+    made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
+    plan = made.replacement(0.95)
+    rows = {row["dataflow"]: row for row in plan["dataflows"]}
+    assert set(rows) == {second.id, third.id}
+    (moved_second,), (moved_third,) = rows[second.id]["moves"], rows[third.id]["moves"]
+    assert moved_second["to"]["site"] == moved_third["to"]["site"] == "H2"
+    assert moved_second["to"]["running_task"] == moved_third["to"]["running_task"], "one filter at H2 for both"
+    copy_at_h2 = moved_second["to"]["running_task"]
+    assert plan["start"].count(copy_at_h2) == 1 and first.tasks["hot"] not in plan["stop"]
+
+
+def test_a_dataflow_that_cannot_be_planned_again_stays_as_it_is(redis_client, state_prefix, monkeypatch):
+    """Planning the third dataflow again fails (no site could take a task): the round falls back to one
+    dataflow at a time. The third is reported with its error and left as it is; the second, planned beside
+    it, shares the filter at P again (its stream reaches H2 for the third anyway), so nothing changes."""
+    made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
+    real = replacement.plan_merge
+
+    def failing_for_third(state, parsed, submitted_at, **kwargs):
+        if kwargs.get("dataflow_id") == third.id:
+            raise PlacementImpossible("no compute site can take task 'hot'", culprit={"task": "hot"})
+        return real(state, parsed, submitted_at, **kwargs)
+
+    monkeypatch.setattr(replacement, "plan_merge", failing_for_third)
+    before = dict(made.state.tasks)
+    plan = made.replacement(0.95)
+    rows = {row["dataflow"]: row for row in plan["dataflows"]}
+    assert set(rows) == {second.id, third.id}
+    assert rows[third.id]["moves"] == [] and rows[third.id]["error"]["culprit"] == {"task": "hot"}
+    assert rows[second.id]["moves"] == [] and "error" not in rows[second.id]
+    assert (plan["start"], plan["stop"]) == ([], [])
+    assert made.state.tasks == before
 
 
 def test_with_bandwidth_to_spare_every_equivalent_task_is_shared(manager):
