@@ -42,6 +42,12 @@ How a workload is generated (the constants below):
   Every open end gets a sink at the end. Children of one task are distinct
   components, so no workflow contains two equivalent tasks.
 - Sinks write ``opmw-<number>-<k>``: topics unique to the workflow.
+- Shape. :class:`Shape` holds what decides how workflows share: the
+  domains, the prefix, variants, versions and the library. :data:`TOTALS`
+  (the default) is the calibration above. :data:`HISTOGRAM_SHAPE` is
+  calibrated to the paper's SEQ reuse histogram as well: one domain, a
+  trunk of 4 stages every workflow takes, and later versions of workflows
+  that repeat the first moves of their predecessor's body.
 
 A component is a ``select`` that replaces ``value`` by ``w * value`` plus a
 Nilakantha partial sum for pi over ``terms`` terms, offset by the fractional
@@ -58,8 +64,9 @@ Usage::
     from benchmarks.opmw import opmw_dataflow, opmw_workload
     documents = opmw_workload(seed=0)       # the 35 documents
     document = opmw_dataflow(7, seed=0)     # the 8th of them
+    shaped = opmw_workload(HISTOGRAM_SEED, HISTOGRAM_SHAPE)   # opmw-hist
 
-    python -m benchmarks.opmw --check [--seed 0]   # validate and summarize
+    python -m benchmarks.opmw --check [--seed 0] [--shape histogram]   # validate and summarize
 """
 
 from __future__ import annotations
@@ -89,6 +96,38 @@ BODY_MOVES: dict[str, float] = {"extend": 0.55, "fork": 0.15, "skip": 0.1, "join
 FILTER_SHARE = 0.25
 PI_TERMS = (3, 8)
 SOURCE_SCHEMA: dict[str, str] = {"msgid": "string", "station": "string", "value": "double", "ts": "timestamp"}
+
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How the workflows of a workload share: the parameters above, and the two a hub-shaped workload adds.
+
+    ``trunk``: with a number, every workflow of a domain takes that many trunk stages (as many as fit), so the
+    trunk is common to the whole domain; with None, a share of the workflow's size (``prefix_share``).
+    ``versions``: the share of a domain's workflows that are a later version of the workflow before them in
+    the domain; a version repeats the first ``version_share`` of its predecessor's body moves (same
+    components, same shape), then grows its own.
+    """
+
+    domains: tuple[tuple[str, int], ...] = DOMAINS
+    trunk: int | None = None
+    prefix_share: tuple[float, float] = PREFIX_SHARE
+    variant_probability: float = VARIANT_PROBABILITY
+    versions: float = 0.0
+    version_share: tuple[float, float] = (0.0, 0.0)
+    library: int = LIBRARY_SIZE
+
+
+#: The workload calibrated to the paper's totals (the module docstring).
+TOTALS = Shape()
+#: The workload calibrated to the paper's totals and to its SEQ reuse histogram as well (docs/reuse.md, "OPMW
+#: shaped by the paper's histogram"): one source stream for all 35 workflows, a trunk of 4 stages they all take,
+#: later versions of workflows (each non-version's successor with probability 0.7, repeating 60-100 % of its
+#: body), and a library of 320 components. Seed 1 is the one of seeds 0-7 whose peak is the paper's 274 running tasks.
+HISTOGRAM_SHAPE = Shape(domains=(("text", WORKFLOWS),), trunk=4, variant_probability=0.0, versions=0.7,
+                        version_share=(0.6, 1.0), library=320)
+HISTOGRAM_SEED = 1
 
 _CODES_PER_DOMAIN = 1000
 _VARIANT_BASE, _SIDE_BASE, _LIBRARY_BASE = 100, 200, 300
@@ -149,7 +188,7 @@ def _library_code(domain: int, index: int) -> int:
 
 
 @lru_cache(maxsize=64)
-def workload_plan(seed: int = 0) -> tuple[tuple[str, int], ...]:
+def workload_plan(seed: int = 0, shape: Shape = TOTALS) -> tuple[tuple[str, int], ...]:
     """(domain, size) of every workflow of workload ``seed``, in workflow order.
 
     >>> plan = workload_plan(0)
@@ -166,7 +205,7 @@ def workload_plan(seed: int = 0) -> tuple[tuple[str, int], ...]:
         if MIN_TASKS <= sizes[index] + step <= MAX_TASKS:
             sizes[index] += step
     rng.shuffle(sizes)
-    domains = [name for name, count in DOMAINS for _ in range(count)]
+    domains = [name for name, count in shape.domains for _ in range(count)]
     rng.shuffle(domains)
     return tuple(zip(domains, sizes))
 
@@ -207,28 +246,20 @@ def _trunk(domain: int) -> list[str]:
     return ["diamond" if rng.random() < DIAMOND_SHARE else "one" for _ in range(TRUNK_STAGES)]
 
 
-def opmw_dataflow(number: int, seed: int = 0) -> dict[str, Any]:
+def opmw_dataflow(number: int, seed: int = 0, shape: Shape = TOTALS) -> dict[str, Any]:
     """Workflow ``number`` (0-34) of workload ``seed``: same arguments, same document.
 
     >>> doc = opmw_dataflow(4, seed=0)
     >>> doc == opmw_dataflow(4, seed=0), doc["name"] == f"opmw-{workload_plan(0)[4][0]}-4"
     (True, True)
     """
-    domain, size = workload_plan(seed)[number]
+    plan = workload_plan(seed, shape)
+    domain, size = plan[number]
     domain_index = [name for name, _ in DOMAINS].index(domain)
     rng = random.Random(seed * 1_000_003 + number)
     doc = _Doc(name=f"opmw-{domain}-{number}", number=number)
     chain = [doc.add("src", "source", {"topic": source_topic(domain), "schema": dict(SOURCE_SCHEMA)})]
-    wanted = round(rng.uniform(*PREFIX_SHARE) * (size - 2))
-    stages: list[str] = []
-    for kind in _trunk(domain_index):
-        cost = 3 if kind == "diamond" else 1
-        if sum(3 if taken == "diamond" else 1 for taken in stages) + cost > wanted:
-            break
-        stages.append(kind)
-    variant = None
-    if stages and rng.random() < VARIANT_PROBABILITY:
-        variant = (rng.randrange(len(stages)), rng.randrange(VARIANTS))
+    stages, variant = _prefix(shape, domain_index, size, rng)
     prefix = 0
     for stage, kind in enumerate(stages):
         code = (_variant_code(domain_index, stage, variant[1]) if variant and variant[0] == stage
@@ -241,49 +272,97 @@ def opmw_dataflow(number: int, seed: int = 0) -> dict[str, Any]:
         else:
             chain.append(first)
             prefix += 1
-    _body(doc, rng, domain_index, chain, budget=size - 1 - prefix)
+    lineage, repeated = _lineage(number, seed, shape, rng)
+    _body(doc, rng, domain_index, chain, budget=size - 1 - prefix, repeat=(lineage, repeated), library=shape.library)
     return doc.document()
 
 
-def _body(doc: _Doc, rng: random.Random, domain: int, chain: list[str], budget: int) -> None:
-    """Grow ``budget`` tasks (sinks included) from the end of ``chain``: see the module docstring."""
-    heads = [chain[-1]]
-    count = 0
+def _prefix(shape: Shape, domain: int, size: int, rng: random.Random) -> tuple[list[str], tuple[int, int] | None]:
+    """The trunk stages a workflow of ``size`` tasks starts with, and the stage it swaps for a variant, if any."""
+    wanted = shape.trunk * 3 if shape.trunk is not None else round(rng.uniform(*shape.prefix_share) * (size - 2))
+    wanted = min(wanted, size - 2)
+    stages: list[str] = []
+    for kind in _trunk(domain):
+        cost = 3 if kind == "diamond" else 1
+        if (shape.trunk is not None and len(stages) == shape.trunk
+                or sum(3 if taken == "diamond" else 1 for taken in stages) + cost > wanted):
+            break
+        stages.append(kind)
+    variant = None
+    if stages and rng.random() < shape.variant_probability:
+        variant = (rng.randrange(len(stages)), rng.randrange(VARIANTS))
+    return stages, variant
 
-    def grow(parent: str) -> str:
+
+def _lineage(number: int, seed: int, shape: Shape, rng: random.Random) -> tuple[random.Random | None, float]:
+    """For a later version of a workflow: the random stream its body moves start from (its predecessor's) and
+    the share of them it repeats; else (None, 0). A version's predecessor is the workflow before it in its
+    domain, which is not a version itself."""
+    if not shape.versions:
+        return None, 0.0
+    plan = workload_plan(seed, shape)
+    domain = plan[number][0]
+    before = [other for other in range(number) if plan[other][0] == domain]
+    if not before or _is_version(before[-1], seed, shape) or not _is_version(number, seed, shape):
+        return None, 0.0
+    lineage = random.Random(seed * 1_000_003 + before[-1])
+    _prefix(shape, [name for name, _ in DOMAINS].index(domain), plan[before[-1]][1], lineage)
+    return lineage, rng.uniform(*shape.version_share)
+
+
+def _is_version(number: int, seed: int, shape: Shape) -> bool:
+    plan = workload_plan(seed, shape)
+    before = [other for other in range(number) if plan[other][0] == plan[number][0]]
+    return bool(before) and not _is_version(before[-1], seed, shape) and \
+        random.Random(f"version-{seed}-{number}").random() < shape.versions
+
+
+def _body(doc: _Doc, rng: random.Random, domain: int, chain: list[str], budget: int,
+          repeat: tuple[random.Random | None, float] = (None, 0.0), library: int = LIBRARY_SIZE) -> None:
+    """Grow ``budget`` tasks (sinks included) from the end of ``chain``: see the module docstring. With
+    ``repeat`` (a predecessor's random stream, a share), the first moves draw from that stream, so a version
+    grows what its predecessor grew for as long as their budgets allow the same moves."""
+    heads = [chain[-1]]
+    count = moves = 0
+    lineage, share = repeat
+    repeated = round(share * budget) if lineage is not None else 0
+
+    def grow(parent: str, draw: random.Random) -> str:
         nonlocal count
         count += 1
         used = doc.children.get(parent, set())
-        code = rng.choice([c for c in (_library_code(domain, i) for i in range(LIBRARY_SIZE)) if c not in used])
+        code = draw.choice([c for c in (_library_code(domain, i) for i in range(library)) if c not in used])
         return doc.component(f"b{count:02d}", code, parent)
 
     unions = 0
     while budget > len(heads):
+        draw = lineage if moves < repeated else rng
+        moves += 1
         room = budget - len(heads)
-        moves = {"extend": room >= 1, "fork": room >= 3, "skip": room >= 2 and len(chain) > 1,
-                 "join": len(heads) >= 2, "close": len(heads) >= 2}
-        names = [name for name, allowed in moves.items() if allowed]
-        move = rng.choices(names, [BODY_MOVES[name] for name in names])[0]
+        allowed = {"extend": room >= 1, "fork": room >= 3, "skip": room >= 2 and len(chain) > 1,
+                   "join": len(heads) >= 2, "close": len(heads) >= 2}
+        names = [name for name, ok in allowed.items() if ok]
+        move = draw.choices(names, [BODY_MOVES[name] for name in names])[0]
         if move == "extend":
-            index = rng.randrange(len(heads))
-            heads[index] = grow(heads[index])
+            index = draw.randrange(len(heads))
+            heads[index] = grow(heads[index], draw)
             budget -= 1
         elif move == "fork":
-            parent = heads.pop(rng.randrange(len(heads)))
-            heads += [grow(parent), grow(parent)]
+            parent = heads.pop(draw.randrange(len(heads)))
+            heads += [grow(parent, draw), grow(parent, draw)]
             budget -= 2
         elif move == "skip":
-            heads.append(grow(rng.choice(chain[:-1])))
+            heads.append(grow(draw.choice(chain[:-1]), draw))
             budget -= 1
         elif move == "join":
-            first, second = rng.sample(range(len(heads)), 2)
+            first, second = draw.sample(range(len(heads)), 2)
             parents = [heads[first], heads[second]]
             heads = [head for index, head in enumerate(heads) if index not in (first, second)]
             unions += 1
             heads.append(doc.add(f"u{unions:02d}", "union", {}, *parents))
             budget -= 1
         else:
-            doc.sink(heads.pop(rng.randrange(len(heads))))
+            doc.sink(heads.pop(draw.randrange(len(heads))))
             budget -= 1
     for head in heads:
         doc.sink(head)
@@ -314,15 +393,15 @@ def record_maker(topic: str, seed: int):
     return make
 
 
-def opmw_workload(seed: int = 0) -> list[dict[str, Any]]:
+def opmw_workload(seed: int = 0, shape: Shape = TOTALS) -> list[dict[str, Any]]:
     """The ``WORKFLOWS`` documents of workload ``seed``."""
-    return [opmw_dataflow(number, seed) for number in range(WORKFLOWS)]
+    return [opmw_dataflow(number, seed, shape) for number in range(WORKFLOWS)]
 
 
 # -- self-check -------------------------------------------------------------------------
 
 
-def check(seed: int = 0) -> dict[str, Any]:
+def check(seed: int = 0, shape: Shape = TOTALS) -> dict[str, Any]:
     """Validate the workload with the manager's own parser and summarize its shape and sharing.
 
     ``distinct_signatures`` is what runs with every workflow submitted (the
@@ -337,7 +416,7 @@ def check(seed: int = 0) -> dict[str, Any]:
     signatures: set[str] = set()
     abstract: set[str] = set()
     fan_in = fan_out = sinks = 0
-    for document in opmw_workload(seed):
+    for document in opmw_workload(seed, shape):
         flow = parse_dataflow(document)
         if len(set(flow.signatures.values())) != len(flow.tasks):
             raise AssertionError(f"{flow.name}: two equivalent tasks in one workflow")
@@ -375,13 +454,18 @@ def check(seed: int = 0) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Validate and summarize the OPMW-like workload.")
     parser.add_argument("--check", action="store_true", help="validate every document and print the summary")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None, help=f"default 0, or {HISTOGRAM_SEED} with --shape histogram")
+    parser.add_argument("--shape", choices=["totals", "histogram"], default="totals",
+                        help="calibrated to the paper's totals (default), or to its reuse histogram too")
     parser.add_argument("--json", action="store_true", help="print the 35 documents as a JSON list instead")
     args = parser.parse_args(argv)
+    shape = TOTALS if args.shape == "totals" else HISTOGRAM_SHAPE
+    if args.seed is None:
+        args.seed = 0 if args.shape == "totals" else HISTOGRAM_SEED
     if args.json:
-        print(json.dumps(opmw_workload(args.seed), indent=1))
+        print(json.dumps(opmw_workload(args.seed, shape), indent=1))
         return 0
-    for key, value in check(args.seed).items():
+    for key, value in check(args.seed, shape).items():
         print(f"{key}: {value}")
     return 0
 

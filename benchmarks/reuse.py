@@ -3,7 +3,9 @@
 Workloads (docs/reuse.md): ``riot`` is apps 0-20 of :mod:`benchmarks.riot`
 with seed 0; ``riot-paper`` the 21 apps of the paper's construction
 (:func:`benchmarks.riot.paper_workload`: one config per task kind); ``opmw``
-is the 35 workflows of :mod:`benchmarks.opmw` with seed 0. Traces (:mod:`benchmarks.traces`): ``seq`` (submit all, then drain), ``rw1``
+is the 35 workflows of :mod:`benchmarks.opmw` with seed 0, ``opmw-hist`` the
+same generator shaped to the paper's reuse histogram too
+(:data:`benchmarks.opmw.HISTOGRAM_SHAPE`). Traces (:mod:`benchmarks.traces`): ``seq`` (submit all, then drain), ``rw1``
 and ``rw2`` (fill with about two thirds, 100 random steps, drain). Modes:
 ``reuse`` is the manager with sharing on, ``alone`` the same manager with
 ``SANA_SHARING=false`` (every dataflow runs alone: the paper's Default).
@@ -37,7 +39,7 @@ import redis
 
 from benchmarks import traces
 from benchmarks.measure import Progress, machine
-from benchmarks.opmw import opmw_workload
+from benchmarks.opmw import HISTOGRAM_SEED, HISTOGRAM_SHAPE, opmw_workload
 from benchmarks.riot import paper_workload, riot_workload
 from benchmarks.targets import delete_prefix, redis_client
 from manager.service import Manager
@@ -92,6 +94,8 @@ def workloads() -> dict[str, Workload]:
         "riot-paper": Workload("riot-paper", "benchmarks.riot paper_workload: the paper's construction",
                                paper_workload(), initial=15),
         "opmw": Workload("opmw", "benchmarks.opmw, seed 0", opmw_workload(seed=0), initial=20),
+        "opmw-hist": Workload("opmw-hist", f"benchmarks.opmw HISTOGRAM_SHAPE, seed {HISTOGRAM_SEED}: calibrated to "
+                              "the paper's reuse histogram too", opmw_workload(HISTOGRAM_SEED, HISTOGRAM_SHAPE), initial=20),
     }
 
 
@@ -316,6 +320,7 @@ PAPER_TASKS = {
     ("riot", "rw2"): "“similar values” to RW1",
 }
 PAPER_TASKS |= {("riot-paper", trace): text for (name, trace), text in PAPER_TASKS.items() if name == "riot"}
+PAPER_TASKS |= {("opmw-hist", trace): text for (name, trace), text in PAPER_TASKS.items() if name == "opmw"}
 PAPER_HISTOGRAM = {
     ("opmw", "seq"): "11 % by 2, 4 % by > 2 (15 % by > 1)",
     ("opmw", "rw1"): "14 % by > 1 (RW1 and RW2)",
@@ -325,10 +330,11 @@ PAPER_HISTOGRAM = {
     ("riot", "rw2"): "8 % by ≥ 2 (RW1 and RW2)",
 }
 PAPER_HISTOGRAM |= {("riot-paper", trace): text for (name, trace), text in PAPER_HISTOGRAM.items() if name == "riot"}
+PAPER_HISTOGRAM |= {("opmw-hist", trace): text for (name, trace), text in PAPER_HISTOGRAM.items() if name == "opmw"}
 HISTOGRAM_BINS: tuple[tuple[str, int, int], ...] = (
     ("2", 2, 2), ("3", 3, 3), ("4", 4, 4), ("5", 5, 5), ("≥ 6", 6, 10**9),
 )
-ORDER = ("opmw", "riot", "riot-paper")
+ORDER = ("opmw", "opmw-hist", "riot", "riot-paper")
 
 
 def _series(run: dict[str, Any], key: str, phase: str | None = None) -> list[float]:

@@ -94,6 +94,43 @@ def test_opmw_default_workload_totals_are_pinned():
     assert (summary["tasks"], summary["distinct_signatures"], summary["distinct_abstract_tasks"]) == (471, 279, 211)
 
 
+def test_the_histogram_shape_is_pinned_and_shares_as_calibrated():
+    """opmw-hist (docs/reuse.md): the paper's peak, and its SEQ reuse histogram within a point or so."""
+    summary = opmw.check(opmw.HISTOGRAM_SEED, opmw.HISTOGRAM_SHAPE)
+    assert (summary["tasks"], summary["distinct_signatures"], summary["distinct_abstract_tasks"]) == (471, 274, 212)
+    workload = reuse.workloads()["opmw-hist"]
+    signatures = [frozenset(parse_dataflow(document).signatures.values()) for document in workload.documents]
+    running: set[int] = set()
+    by_two = by_more = total = 0
+    for action, index in reuse.TRACES["seq"].steps(workload):
+        (running.add if action == "add" else running.discard)(index)
+        users = Counter(signature for number in running for signature in signatures[number])
+        total += len(users)
+        by_two += sum(1 for count in users.values() if count == 2)
+        by_more += sum(1 for count in users.values() if count > 2)
+    assert (round(by_two / total, 3), round(by_more / total, 3)) == (0.098, 0.032)
+
+
+def test_a_version_repeats_its_predecessors_body_and_every_workflow_takes_the_trunk():
+    documents = opmw.opmw_workload(opmw.HISTOGRAM_SEED, opmw.HISTOGRAM_SHAPE)
+    flows = [parse_dataflow(document) for document in documents]
+    sets = [set(flow.signatures.values()) for flow in flows]
+    common = set.intersection(*sets)
+    assert len(common) == 1, "the 2-task workflows share only the source"
+    big = [signature_set for flow, signature_set in zip(flows, sets) if len(flow.tasks) >= 6]
+    assert len(set.intersection(*big)) == 5, "every workflow with room takes the source and the 4 trunk stages"
+    versions = [number for number in range(35) if opmw._is_version(number, opmw.HISTOGRAM_SEED, opmw.HISTOGRAM_SHAPE)]
+    assert len(versions) == 15  # a predecessor is never a version itself, so 0.7 makes fewer than 70 %
+    plan = opmw.workload_plan(opmw.HISTOGRAM_SEED, opmw.HISTOGRAM_SHAPE)
+    beyond_trunk = 0
+    for number in versions:
+        before = max(other for other in range(number) if plan[other][0] == plan[number][0])
+        beyond_trunk += len(sets[number] & sets[before]) > len(common | (sets[number] & set.intersection(*big)))
+    # the others are too small, follow one too small, or their budget allows other moves at once
+    assert beyond_trunk == 6, "versions share body tasks with their predecessor"
+    assert opmw.opmw_workload(0) == opmw.opmw_workload(0, opmw.TOTALS), "the default shape is unchanged"
+
+
 def test_workflows_of_a_domain_share_a_prefix_but_not_everything():
     flows = [parse_dataflow(document) for document in opmw.opmw_workload(seed=0)]
     by_domain: dict[str, list[set[str]]] = {}
