@@ -97,17 +97,24 @@ FILTER_SHARE = 0.25
 PI_TERMS = (3, 8)
 SOURCE_SCHEMA: dict[str, str] = {"msgid": "string", "station": "string", "value": "double", "ts": "timestamp"}
 
+_CODES_PER_DOMAIN = 1000
+_VARIANT_BASE, _SIDE_BASE, _LIBRARY_BASE = 100, 200, 300
 
 
 @dataclass(frozen=True)
 class Shape:
-    """How the workflows of a workload share: the parameters above, and the two a hub-shaped workload adds.
+    """How the workflows of a workload share: the parameters above, and those a hub-shaped workload adds.
 
-    ``trunk``: with a number, every workflow of a domain takes that many trunk stages (as many as fit), so the
-    trunk is common to the whole domain; with None, a share of the workflow's size (``prefix_share``).
-    ``versions``: the share of a domain's workflows that are a later version of the workflow before them in
-    the domain; a version repeats the first ``version_share`` of its predecessor's body moves (same
-    components, same shape), then grows its own.
+    ``domains`` are some of :data:`DOMAINS` (their names keep their components), with counts adding up to
+    ``WORKFLOWS``. ``trunk``: with a number, every workflow of a domain takes that many trunk stages (as
+    many as fit), so the trunk is common to the whole domain; with None, a share of the workflow's size
+    (``prefix_share``). ``versions``: the probability that a workflow whose predecessor in its domain is not
+    a version itself is a later version of it; a version repeats the first ``version_share`` of its
+    predecessor's body moves (same components, same shape), then grows its own. ``library``: components per
+    domain for the bodies.
+
+    Raises ``ValueError`` for domains outside :data:`DOMAINS`, counts that do not add up, or a library
+    larger than a domain's code range.
     """
 
     domains: tuple[tuple[str, int], ...] = DOMAINS
@@ -118,19 +125,26 @@ class Shape:
     version_share: tuple[float, float] = (0.0, 0.0)
     library: int = LIBRARY_SIZE
 
+    def __post_init__(self) -> None:
+        unknown = sorted({name for name, _ in self.domains} - {name for name, _ in DOMAINS})
+        if unknown:
+            raise ValueError(f"unknown OPMW domains {unknown}; choose among {[name for name, _ in DOMAINS]}")
+        if sum(count for _, count in self.domains) != WORKFLOWS:
+            raise ValueError(f"the domains hold {sum(count for _, count in self.domains)} workflows, not {WORKFLOWS}")
+        if not 1 <= self.library <= _CODES_PER_DOMAIN - _LIBRARY_BASE:
+            raise ValueError(f"library {self.library} is outside 1-{_CODES_PER_DOMAIN - _LIBRARY_BASE}")
+
 
 #: The workload calibrated to the paper's totals (the module docstring).
 TOTALS = Shape()
 #: The workload calibrated to the paper's totals and to its SEQ reuse histogram as well (docs/reuse.md, "OPMW
 #: shaped by the paper's histogram"): one source stream for all 35 workflows, a trunk of 4 stages they all take,
 #: later versions of workflows (each non-version's successor with probability 0.7, repeating 60-100 % of its
-#: body), and a library of 320 components. Seed 1 is the one of seeds 0-7 whose peak is the paper's 274 running tasks.
+#: body), and a library of 320 components. Seed 1 is the one of seeds 0-7 whose peak is the paper's 274 running
+#: tasks.
 HISTOGRAM_SHAPE = Shape(domains=(("text", WORKFLOWS),), trunk=4, variant_probability=0.0, versions=0.7,
                         version_share=(0.6, 1.0), library=320)
 HISTOGRAM_SEED = 1
-
-_CODES_PER_DOMAIN = 1000
-_VARIANT_BASE, _SIDE_BASE, _LIBRARY_BASE = 100, 200, 300
 
 if sum(count for _, count in DOMAINS) != WORKFLOWS:
     raise AssertionError("DOMAINS must hold WORKFLOWS workflows")
@@ -303,7 +317,7 @@ def _lineage(number: int, seed: int, shape: Shape, rng: random.Random) -> tuple[
     plan = workload_plan(seed, shape)
     domain = plan[number][0]
     before = [other for other in range(number) if plan[other][0] == domain]
-    if not before or _is_version(before[-1], seed, shape) or not _is_version(number, seed, shape):
+    if not _is_version(number, seed, shape):
         return None, 0.0
     lineage = random.Random(seed * 1_000_003 + before[-1])
     _prefix(shape, [name for name, _ in DOMAINS].index(domain), plan[before[-1]][1], lineage)

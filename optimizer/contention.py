@@ -35,6 +35,11 @@ def delivered_mbps(
     """The source Mbps that every sink of the running set and of ``plan`` would receive, summed over sinks;
     ``scale`` multiplies every source's rate and the other traffic on the links.
 
+    ``plan`` decides every task of ``query``, parents first (as :func:`scheduler.placement.place` makes it).
+    ``running`` may leave tasks out (the manager lists only tasks with a site): an input that is not in it is
+    ignored, and a task without any other input counts as a source at its own rate (what it receives is not
+    counted). Both plans of a query see the same running set, so the comparison stays fair.
+
     >>> from wan_sim.topology import parse_wan_config
     >>> wan = WanMonitor(parse_wan_config({"sites": ["x", "y"], "links": [
     ...     {"from": "x", "to": "y", "bandwidth_mbps": 10, "latency_ms": 5}]}))
@@ -44,6 +49,8 @@ def delivered_mbps(
     10.0
     >>> delivered_mbps(running, (), QueryPlan({}), wan.with_loads({("x", "y"): 46.0}), router=True)  # 6 of other traffic
     4.0
+    >>> delivered_mbps(running[1:], (), QueryPlan({}), wan, router=True)   # the source unknown: no error, nothing counted
+    0.0
     """
     running = tuple(running)
     tasks = _flow_tasks(running, query, plan, scale)
@@ -68,7 +75,10 @@ def delivered_mbps(
 
 
 def _background(running: Sequence[RunningTask], wan: WanMonitor, router: bool) -> dict[tuple[str, str], float]:
-    """Per link, the load the monitor sees beyond what the running tasks' streams explain (other traffic)."""
+    """Per link, the load the monitor sees beyond what the running tasks' streams explain (other traffic).
+
+    Where the monitor's loads are computed from the same tasks and rates (the simulator, the manager on
+    estimates) this is nothing; it matters when a link's load is measured as a whole."""
     by_id = {task.id: task for task in running}
     explained: dict[tuple[str, str], float] = {}
     seen: set[tuple[str, str]] = set()
@@ -85,6 +95,9 @@ def _background(running: Sequence[RunningTask], wan: WanMonitor, router: bool) -
 
 
 def _flow_tasks(running: Iterable[RunningTask], query: Sequence[QueryTask], plan: QueryPlan, scale: float) -> dict[str, FlowTask]:
+    """The running tasks and the tasks ``plan`` creates (``plan:<task id>``) as flow tasks. An input that is
+    not among them (a running task without a site) is left out; a task left with no input is a source at its
+    own rate."""
     rates: dict[str, float] = {}
     shape: dict[str, tuple[str, tuple[str, ...]]] = {}
     for task in running:
@@ -102,7 +115,8 @@ def _flow_tasks(running: Iterable[RunningTask], query: Sequence[QueryTask], plan
         shape[new_id] = (decision.site, tuple(mapping[parent] for _, parent in task.inputs))
         mapping[task_id] = new_id
     result: dict[str, FlowTask] = {}
-    for task_id, (site, inputs) in shape.items():
+    for task_id, (site, given) in shape.items():
+        inputs = tuple(parent for parent in given if parent in shape)
         if not inputs:
             result[task_id] = FlowTask(task_id, site, demand_mbps=rates[task_id] * scale)
             continue

@@ -43,8 +43,10 @@ class Admissions:
     ``query`` has every rate filled in; ``vertices`` maps each vertex that is
     neither a source nor forced onto what Algorithm 1 admitted for it;
     ``options`` are those of the admission kept (without bandwidth checks when
-    the refusals were overruled); ``compared`` / ``skipped`` count IN-OP
-    comparisons made and skipped by early termination.
+    the weighing took the plan with every share: ``overruled`` then lists
+    Algorithm 1's refusals, and is empty when only its placement lost);
+    ``compared`` / ``skipped`` count IN-OP comparisons made and skipped by
+    early termination.
     """
 
     query: tuple[QueryTask, ...]

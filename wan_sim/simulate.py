@@ -132,7 +132,8 @@ class Deployment:
                         del self._arrivals[parent]
 
     def crossing_queries(self, links: set[tuple[str, str]]) -> list[str]:
-        """The queries (in arrival order) with a stream over one of ``links``: an input of a task they use."""
+        """The queries (in the order they were last placed) with a stream over one of ``links``: an input of a
+        task they use."""
         found = []
         for name, (used, _) in self.queries.items():
             if any((self.tasks[parent].site, self.tasks[task_id].site) in links
@@ -286,7 +287,8 @@ def replace_over_threshold(deployment: Deployment, scenario: Scenario, result: F
     hot = {(link.src, link.dst) for link in result.links if link.utilization >= threshold - 1e-9}
     if not hot:
         return None
-    names = deployment.crossing_queries(hot)
+    arrival = {query.name: index for index, query in enumerate(scenario.queries)}
+    names = sorted(deployment.crossing_queries(hot), key=arrival.__getitem__)  # re-placed queries join at the end
     by_name = {query.name: query for query in scenario.queries}
     before = {name: {task_id: (entry["running"], entry["site"]) for task_id, entry in deployment.placement[name].items()}
               for name in names}

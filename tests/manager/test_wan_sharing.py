@@ -442,3 +442,17 @@ def test_the_configuration_file_is_applied_at_start(redis_client, state_prefix, 
     made.set_wan(None)
     with pytest.raises(WanNotConfigured):
         made.wan()
+
+
+def test_a_task_whose_input_has_no_site_does_not_break_the_weighing(manager):
+    """A union of two topics ran before any WAN configuration; the configuration names only one topic's origin,
+    so the other source has no site, and the union's input from it is unknown to the optimizer. Later submits
+    are planned (the flow model leaves the unknown input out) instead of failing."""
+    union = {"name": "both", "tasks": [source("a", "urban"), source("b", "other"), task("u", "union"),
+                                       {**task("out", "sink", topic="both-out"), "site": "P"}],
+             "streams": [{"from": "a", "to": "u"}, {"from": "b", "to": "u"}, {"from": "u", "to": "out"}]}
+    manager.submit(union)
+    manager.set_wan(WAN)
+    assert any(manager.state.tasks[task_id].site is None for task_id in manager.state.tasks), "a task without a site"
+    later = manager.submit(hot("c", "H2", "later"))
+    assert later.sites["out"] == "H2"

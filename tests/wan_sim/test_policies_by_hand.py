@@ -6,8 +6,8 @@ import pytest
 
 from optimizer.model import QueryTask
 from optimizer.planner import plan_query, pressure, standing
-from tests.wan_sim.scenarios import (degrading_link, degrading_link_under_a_later_share, refusal_slows_the_running, scarce_everywhere, two_sources_two_queries,
-                                    unaware_sharing_hurts)
+from tests.wan_sim.scenarios import (degrading_link, degrading_link_under_a_later_share, refusal_slows_the_running,
+                                    scarce_everywhere, two_sources_two_queries, unaware_sharing_hurts)
 from wan_sim.monitor import WanMonitor
 from wan_sim.policies import policy_options
 from wan_sim.scenario import parse_scenario
@@ -196,7 +196,8 @@ def test_a_refusal_that_slows_running_queries_is_overruled(policy):
     assert have_loads == loads
     assert {name: value[0] for name, value in per_query.items()} == throughput
     if policy == "sana":
-        assert [(item["query"], item["kind"]) for item in result.deployment.overruled] == [("q2", "IN-OP"), ("q2", "IN")]
+        overruled = [(item["query"], item["kind"]) for item in result.deployment.overruled]
+        assert overruled == [("q2", "IN-OP"), ("q2", "IN")]
 
 
 def test_the_refusal_above_presses_the_wan_less_yet_delivers_less():
