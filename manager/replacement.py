@@ -72,23 +72,26 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
     writing. The dataflows crossing a hot link are taken off together, then planned again in the order they
     were submitted, so none is planned beside the others' old load on the link. If one of them cannot be
     planned again, each is instead taken off and planned again on its own, in the same order: one that cannot
-    (no site can take a task) is then listed with the error and left as it is. A dataflow whose plan comes out
-    the same is listed with no moves.
+    (no site can take a task) is then listed with the error and left as it is; the report's ``planned`` says
+    which way it went (``together`` or ``one at a time``). A dataflow whose plan comes out the same is listed
+    with no moves.
     """
     hot = hot_links(state, measured, threshold)
     crossing = crossing_dataflows(state, {(row["from"], row["to"]) for row in hot})
     order = sorted(crossing, key=lambda name: int(name.rsplit("-", 1)[-1]))
     links = {dataflow_id: sorted(f"{src} -> {dst}" for src, dst in crossing[dataflow_id]) for dataflow_id in order}
+    planned = "together"
     try:
         work, dataflows, seeds = _replan(state, order, links, measured, sharing, together=True)
     except SanaError:
+        planned = "one at a time"
         work, dataflows, seeds = _replan(state, order, links, measured, sharing, together=False)
     moved = [row for row in dataflows if row["moves"]] or dataflows
     change = running_change(state, work, reason=f"re-place {len(moved)} dataflow(s) over "
                                                  f"{', '.join(sorted({link for row in moved for link in row['links']}))}")
     started = {spec.id for spec in change.start}
     seeds = {task: source for task, source in seeds.items() if task in started and source in state.tasks}
-    report = {"threshold": threshold, "hot_links": hot, "dataflows": dataflows, "executed": False,
+    report = {"threshold": threshold, "hot_links": hot, "dataflows": dataflows, "planned": planned, "executed": False,
               "start": sorted(started), "stop": sorted(spec.id for spec in change.stop)}
     return Replacement(report, work, change, seeds)
 

@@ -273,7 +273,7 @@ def test_the_dataflows_over_a_hot_link_are_planned_again_together(redis_client, 
     made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
     plan = made.replacement(0.95)
     rows = {row["dataflow"]: row for row in plan["dataflows"]}
-    assert set(rows) == {second.id, third.id}
+    assert set(rows) == {second.id, third.id} and plan["planned"] == "together"
     (moved_second,), (moved_third,) = rows[second.id]["moves"], rows[third.id]["moves"]
     assert moved_second["to"]["site"] == moved_third["to"]["site"] == "H2"
     assert moved_second["to"]["running_task"] == moved_third["to"]["running_task"], "one filter at H2 for both"
@@ -297,7 +297,7 @@ def test_a_dataflow_that_cannot_be_planned_again_stays_as_it_is(redis_client, st
     before = dict(made.state.tasks)
     plan = made.replacement(0.95)
     rows = {row["dataflow"]: row for row in plan["dataflows"]}
-    assert set(rows) == {second.id, third.id}
+    assert set(rows) == {second.id, third.id} and plan["planned"] == "one at a time"
     assert rows[third.id]["moves"] == [] and rows[third.id]["error"]["culprit"] == {"task": "hot"}
     assert rows[second.id]["moves"] == [] and "error" not in rows[second.id]
     assert (plan["start"], plan["stop"]) == ([], [])
