@@ -17,7 +17,7 @@ other kinds) is taken off the link's capacity.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from optimizer.model import QueryPlan, QueryTask, RunningTask
 from wan_sim.flow import FlowTask, max_min_throttles, source_vectors, stream_crossings
@@ -33,7 +33,8 @@ def delivered_mbps(
     scale: float = 1.0,
 ) -> float:
     """The source Mbps that every sink of the running set and of ``plan`` would receive, summed over sinks;
-    ``scale`` multiplies every source's rate and the other traffic on the links.
+    ``scale`` multiplies every source's rate and the other traffic on the links (:class:`Contention`, for
+    several plans or scales over one running set).
 
     ``plan`` decides every task of ``query``, parents first (as :func:`scheduler.placement.place` makes it).
     ``running`` may leave tasks out (the manager lists only tasks with a site): an input that is not in it is
@@ -52,68 +53,68 @@ def delivered_mbps(
     >>> delivered_mbps(running[1:], (), QueryPlan({}), wan, router=True)   # the source unknown: no error, nothing counted
     0.0
     """
-    running = tuple(running)
-    tasks = _flow_tasks(running, query, plan, scale)
-    vectors = source_vectors(tasks)
-    coefficients: dict[tuple[str, str], dict[str, float]] = {}
-    capacities: dict[tuple[str, str], float] = {}
-    background = _background(running, wan, router)
-    for producer, src, dst in stream_crossings(tasks, router):
-        capacities[(src, dst)] = max(0.0, wan.capacity(src, dst) - scale * background.get((src, dst), 0.0))
-        target = coefficients.setdefault((src, dst), {})
-        for source, rate in vectors[producer].items():
-            target[source] = target.get(source, 0.0) + rate
-    sources = [task_id for task_id, task in tasks.items() if not task.inputs]
-    throttle = max_min_throttles(coefficients, capacities, sources)
-    read = {parent for task in tasks.values() for parent in task.inputs}
-    total = 0.0
-    for task_id, task in tasks.items():
-        if task_id in read or not task.inputs:
-            continue
-        total += sum(tasks[source].demand_mbps * throttle[source] for source in vectors[task_id])
-    return round(total, 9)
+    return Contention(running, wan, router).delivered(query, plan, scale)
 
 
-def _background(running: Sequence[RunningTask], wan: WanMonitor, router: bool) -> dict[tuple[str, str], float]:
-    """Per link, the load the monitor sees beyond what the running tasks' streams explain (other traffic).
+class Contention:
+    """The running set on the WAN, read once, for weighing plans of a query against each other.
 
-    Where the monitor's loads are computed from the same tasks and rates (the simulator, the manager on
-    estimates) this is nothing; it matters when a link's load is measured as a whole."""
-    by_id = {task.id: task for task in running}
-    explained: dict[tuple[str, str], float] = {}
-    seen: set[tuple[str, str]] = set()
-    for task in running:
-        for _, parent in task.inputs:
-            producer = by_id.get(parent)
-            if producer is None or producer.site == task.site or (router and (parent, task.site) in seen):
+    The load the monitor sees on a link beyond what the running tasks' streams explain (other traffic) is
+    taken off the link's capacity. Where the monitor's loads are computed from the same tasks and rates (the
+    simulator, the manager on estimates) there is none; it matters when a link's load is measured as a whole.
+    """
+
+    def __init__(self, running: Iterable[RunningTask], wan: WanMonitor, router: bool) -> None:
+        self.wan, self.router = wan, router
+        self.rates: dict[str, float] = {}
+        self.shape: dict[str, tuple[str, tuple[str, ...]]] = {}
+        for task in running:
+            self.rates[task.id] = task.rate_mbps
+            self.shape[task.id] = (task.site, tuple(parent for _, parent in task.inputs))
+        explained: dict[tuple[str, str], float] = {}
+        for producer, src, dst in stream_crossings(_flow_tasks(self.rates, self.shape, 1.0), router):
+            explained[(src, dst)] = explained.get((src, dst), 0.0) + self.rates[producer]
+        extra = {link: load - explained.get(link, 0.0) for link, load in wan.loads.items()}
+        self.background = {link: value for link, value in extra.items() if value > 1e-9}
+
+    def delivered(self, query: Sequence[QueryTask], plan: QueryPlan, scale: float = 1.0) -> float:
+        """:func:`delivered_mbps` of ``plan`` on this running set."""
+        rates, shape = dict(self.rates), dict(self.shape)
+        by_id = {task.id: task for task in query}
+        mapping: dict[str, str] = {}
+        for task_id, decision in plan.decisions.items():
+            if decision.action == "reuse" and decision.running is not None:
+                mapping[task_id] = decision.running
                 continue
-            seen.add((parent, task.site))
-            link = (producer.site, task.site)
-            explained[link] = explained.get(link, 0.0) + producer.rate_mbps
-    extra = {link: load - explained.get(link, 0.0) for link, load in wan.loads.items()}
-    return {link: value for link, value in extra.items() if value > 1e-9}
+            new_id = f"plan:{task_id}"
+            task = by_id[task_id]
+            rates[new_id] = task.rate_mbps or 0.0
+            shape[new_id] = (decision.site, tuple(mapping[parent] for _, parent in task.inputs))
+            mapping[task_id] = new_id
+        tasks = _flow_tasks(rates, shape, scale)
+        vectors = source_vectors(tasks)
+        coefficients: dict[tuple[str, str], dict[str, float]] = {}
+        capacities: dict[tuple[str, str], float] = {}
+        for producer, src, dst in stream_crossings(tasks, self.router):
+            capacities[(src, dst)] = max(0.0, self.wan.capacity(src, dst) - scale * self.background.get((src, dst), 0.0))
+            target = coefficients.setdefault((src, dst), {})
+            for source, rate in vectors[producer].items():
+                target[source] = target.get(source, 0.0) + rate
+        sources = [task_id for task_id, task in tasks.items() if not task.inputs]
+        throttle = max_min_throttles(coefficients, capacities, sources)
+        read = {parent for task in tasks.values() for parent in task.inputs}
+        total = 0.0
+        for task_id, task in tasks.items():
+            if task_id in read or not task.inputs:
+                continue
+            total += sum(tasks[source].demand_mbps * throttle[source] for source in vectors[task_id])
+        return round(total, 9)
 
 
-def _flow_tasks(running: Iterable[RunningTask], query: Sequence[QueryTask], plan: QueryPlan, scale: float) -> dict[str, FlowTask]:
-    """The running tasks and the tasks ``plan`` creates (``plan:<task id>``) as flow tasks. An input that is
-    not among them (a running task without a site) is left out; a task left with no input is a source at its
-    own rate."""
-    rates: dict[str, float] = {}
-    shape: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for task in running:
-        rates[task.id] = task.rate_mbps
-        shape[task.id] = (task.site, tuple(parent for _, parent in task.inputs))
-    by_id = {task.id: task for task in query}
-    mapping: dict[str, str] = {}
-    for task_id, decision in plan.decisions.items():
-        if decision.action == "reuse" and decision.running is not None:
-            mapping[task_id] = decision.running
-            continue
-        new_id = f"plan:{task_id}"
-        task = by_id[task_id]
-        rates[new_id] = task.rate_mbps or 0.0
-        shape[new_id] = (decision.site, tuple(mapping[parent] for _, parent in task.inputs))
-        mapping[task_id] = new_id
+def _flow_tasks(rates: Mapping[str, float], shape: Mapping[str, tuple[str, tuple[str, ...]]],
+                scale: float) -> dict[str, FlowTask]:
+    """Tasks (id -> site and input ids, with their rates) as flow tasks. An input that is not among them (a
+    running task without a site) is left out; a task left with no input is a source at its own rate."""
     result: dict[str, FlowTask] = {}
     for task_id, (site, given) in shape.items():
         inputs = tuple(parent for parent in given if parent in shape)

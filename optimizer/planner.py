@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from optimizer.algorithm1 import admit
-from optimizer.contention import delivered_mbps
+from optimizer.contention import Contention
 from optimizer.model import (SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningTask, RunningView,
                             VertexAdmission)
 from optimizer.opportunities import find_opportunities
@@ -143,8 +143,8 @@ def admit_shares(
     if not (options.bandwidth_checks and options.weigh_refusals):
         return trial.admissions()
     sharing_trial, sharing = _try(query, running, wan, replace(options, bandwidth_checks=False), {}, forced)
-    present = tuple(running.running_tasks())
-    if standing(sharing, query, present, wan, options.router) < standing(plan, query, present, wan, options.router):
+    contention = Contention(running.running_tasks(), wan, options.router)
+    if _standing(sharing, query, contention, wan) < _standing(plan, query, contention, wan):
         return sharing_trial.admissions(compared=trial.compared, skipped=trial.skipped, overruled=tuple(plan.refusals))
     return trial.admissions()
 
@@ -199,7 +199,11 @@ def standing(plan: QueryPlan, query: Sequence[QueryTask], running: Sequence[Runn
     >>> standing(plan, query, (), monitor, router=True)   # all 20 Mbps arrive; of 40, 30
     (-20.0, -30.0, 20.0, 0.666666667, 0.0)
     """
-    delivered = (-round(delivered_mbps(running, query, plan, wan, router, scale), 6) for scale in (1.0, HEADROOM))
+    return _standing(plan, query, Contention(running, wan, router), wan)
+
+
+def _standing(plan: QueryPlan, query: Sequence[QueryTask], contention: Contention, wan: WanMonitor) -> tuple[float, ...]:
+    delivered = (-round(contention.delivered(query, plan, scale), 6) for scale in (1.0, HEADROOM))
     return (*delivered, round(sum(plan.link_delta.values()), 6), *pressure(plan, wan))
 
 
