@@ -7,7 +7,11 @@ threads, and measures each step of a trace:
 
 - ``cores``: CPU of the service's whole process tree (the API, the Spark JVM
   and its Python workers, the embedded broker) from ``/proc``, over a
-  measurement window that starts ``settle_s`` after the change returned;
+  measurement window that starts ``settle_s`` after the change returned; or,
+  with ``step_s`` (the paper's protocol: an action every minute, ``top`` read
+  at the step), over the last ``measure_s`` of a step that lasts ``step_s``
+  from the change's start, and ``cores_step`` over the whole step, the
+  change and what follows it included;
 - ``queries`` (``GET /runtime/queries``), ``running_tasks`` and the sharing
   histogram (``GET /stats``);
 - ``kafka_bytes_per_s`` written by sinks and taps and the per-dataflow cost
@@ -49,7 +53,7 @@ class RealService:
 
     def __init__(self, run_dir: Path, *, sharing: bool, redis_url: str, records: Callable[[str, int], Callable],
                  master: str = "local[2]", rate: float = 10.0, settle_s: float = 5.0, measure_s: float = 20.0,
-                 trigger_s: float = 1.0, keyed_workers: int = 8) -> None:
+                 trigger_s: float = 1.0, keyed_workers: int = 8, step_s: float = 0.0) -> None:
         """``records(topic, seed)`` gives ``make(i, at)``, the ``i``-th input record of a source topic."""
         self.run_dir = run_dir
         self.records = records
@@ -58,6 +62,7 @@ class RealService:
         self.rate = rate
         self.settle_s = settle_s
         self.measure_s = measure_s
+        self.step_s = step_s
         self.prefix = f"bench-reuse-{uuid.uuid4().hex[:8]}-{'reuse' if sharing else 'alone'}"
         self.port = free_port()
         self.broker_port = free_port()
@@ -139,18 +144,44 @@ class RealService:
             raise RuntimeError(f"POST /runtime/defrag: {response.status_code} {response.text[:500]}")
         return response.json()
 
-    def measure_step(self) -> dict[str, Any]:
-        time.sleep(self.settle_s)
-        began, cpu_before = time.monotonic(), process_tree_cpu_s(self.process.pid)
-        time.sleep(self.measure_s)
-        seconds = time.monotonic() - began
-        cores = (process_tree_cpu_s(self.process.pid) - cpu_before) / seconds
+    def cpu_s(self) -> float:
+        return process_tree_cpu_s(self.process.pid)
+
+    def measure_step(self, started: float | None = None, cpu_at_start: float | None = None) -> dict[str, Any]:
+        """The step's measurements; ``started`` and ``cpu_at_start`` are the clock and CPU when its change began.
+
+        The CPU is also read every 5 s from the change's start (``cpu_timeline``:
+        seconds since the start, cores over the slice), so a step's shape can be
+        read afterwards.
+        """
+        now = time.monotonic()
+        started = now if started is None else started
+        at, cpu = (started, cpu_at_start) if cpu_at_start is not None else (now, self.cpu_s())
+        first_at, first_cpu = at, cpu
+        began, ended = step_window(started, now, self.step_s, self.settle_s, self.measure_s)
+        marks = sorted({began, ended, *(started + k * 5.0 for k in range(1, int((ended - started) // 5) + 1))})
+        timeline: list[list[float]] = []
+        cpu_before = None
+        for mark in [now] + [mark for mark in marks if mark > now]:
+            time.sleep(max(0.0, mark - time.monotonic()))
+            previous_at, previous_cpu = at, cpu
+            at, cpu = time.monotonic(), self.cpu_s()
+            if at - previous_at > 0.5:
+                timeline.append([round(at - started, 1), round((cpu - previous_cpu) / (at - previous_at), 4)])
+            if cpu_before is None and mark >= began:  # the window opens here (or now, when it should have already)
+                began, cpu_before = at, cpu
+        seconds = at - began
+        cores = (cpu - cpu_before) / seconds
+        extra = {"cores_step": round((cpu - first_cpu) / (at - first_at), 4), "step_s": round(at - first_at, 2)} \
+            if cpu_at_start is not None else {}
         stats = self.client.get("/stats").raise_for_status().json()
         queries = self.client.get("/runtime/queries").raise_for_status().json()["queries"]
         costs = self.client.get("/costs").raise_for_status().json()
         return {
             "cores": round(cores, 4),
             "measured_s": round(seconds, 2),
+            **extra,
+            "cpu_timeline": timeline,
             "queries": len(queries),
             "degraded_queries": sum(1 for query in queries if query["status"] != "running"),
             "running_tasks": stats["running_tasks"],
@@ -222,12 +253,33 @@ class RealService:
 # -- one trace on the real service ------------------------------------------------------------
 
 
+def step_window(started: float, changed: float, step_s: float, settle_s: float, measure_s: float) -> tuple[float, float]:
+    """The (begin, end) clock times over which a step's ``cores`` are measured.
+
+    Without ``step_s``: from ``settle_s`` after the change returned (``changed``), for
+    ``measure_s``. With it (the paper's fixed step): the last ``measure_s`` of a step
+    that lasts ``step_s`` from the change's start, or, when the change itself ran
+    so long that less than ``measure_s`` is left, ``measure_s`` from its end.
+
+    >>> step_window(100.0, 102.0, 0.0, 5.0, 20.0)
+    (107.0, 127.0)
+    >>> step_window(100.0, 102.0, 60.0, 5.0, 20.0)
+    (140.0, 160.0)
+    >>> step_window(100.0, 150.0, 60.0, 5.0, 20.0)
+    (150.0, 170.0)
+    """
+    if not step_s:
+        return changed + settle_s, changed + settle_s + measure_s
+    end = max(started + step_s, changed + measure_s)
+    return end - measure_s, end
+
+
 RETRIES = 3
 
 
 def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, sharing: bool, run_dir: Path,
               redis_url: str, records: Callable[[str, int], Callable], rate: float, settle_s: float, measure_s: float,
-              master: str, trigger_s: float, keyed_workers: int, label: str,
+              master: str, trigger_s: float, keyed_workers: int, label: str, step_s: float = 0.0,
               checkpoint: Callable[[dict[str, Any]], None] = lambda partial: None) -> dict[str, Any]:
     """Every step of ``steps`` (``("add" | "remove" | "defrag", index into documents)``) through a fresh service.
 
@@ -239,13 +291,14 @@ def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, 
 
     progress = Progress(every=30.0)
     service = RealService(run_dir, sharing=sharing, redis_url=redis_url, records=records, master=master, rate=rate,
-                          settle_s=settle_s, measure_s=measure_s, trigger_s=trigger_s, keyed_workers=keyed_workers)
+                          settle_s=settle_s, measure_s=measure_s, trigger_s=trigger_s, keyed_workers=keyed_workers,
+                          step_s=step_s)
     running: dict[int, str] = {}
     rows = []
     began = time.monotonic()
     try:
         for number, (action, index) in enumerate(steps, start=1):
-            started, failures, outcome = time.monotonic(), [], None
+            started, cpu_at_start, failures, outcome = time.monotonic(), service.cpu_s(), [], None
             for _ in range(RETRIES):
                 try:
                     if action == "add":
@@ -264,7 +317,7 @@ def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, 
             change_s = time.monotonic() - started
             row = {"step": number, "action": action, "dataflow": index, "running_dataflows": len(running),
                    "change_s": round(change_s, 2), "failures": failures, "at": round(time.monotonic() - began, 1),
-                   **service.measure_step()}
+                   **service.measure_step(started, cpu_at_start)}
             if outcome is not None:
                 row["defrag"] = outcome
             rows.append(row)
@@ -298,8 +351,11 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Per metric: peak and step-mean alone vs with reuse, and the reduction (the paper's way of reporting)."""
     runs = results["runs"]
     rows = []
-    for metric, label in (("running_tasks", "running tasks"), ("queries", "Spark queries"), ("cores", "cores (process tree)"),
-                          ("kafka_bytes_per_s", "Kafka bytes/s written")):
+    metrics = [("running_tasks", "running tasks"), ("queries", "Spark queries"), ("cores", "cores (process tree)"),
+               ("kafka_bytes_per_s", "Kafka bytes/s written")]
+    if all("cores_step" in step for run in runs.values() for step in run["steps"]):
+        metrics.insert(3, ("cores_step", "cores over the whole step"))
+    for metric, label in metrics:
         alone = [step[metric] for step in runs["alone"]["steps"]]
         reuse = [step[metric] for step in runs["reuse"]["steps"]]
         peak_a, peak_r, mean_a, mean_r = max(alone), max(reuse), _mean(alone), _mean(reuse)
@@ -320,7 +376,10 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"{WORKLOADS[results['workload']]} {results['trace'].upper()} ({results['apps']} apps, trace seed {results['seed']}"
              f"{', walk of ' + str(results['walk_steps']) + ' steps' if results['trace'] != 'seq' else ''}), "
              f"`{results['master']}`, {results['rate']:g} records/s per source, trigger {results['trigger_s']:g} s, "
-             f"each step measured over {results['measure_s']:g} s after {results['settle_s']:g} s"
+             + (f"a step every {results['step_s']:g} s from its change's start (the paper's protocol), cores over its "
+                f"last {results['measure_s']:g} s and over the whole step" if results.get("step_s") else
+                f"each step measured over {results['measure_s']:g} s after {results['settle_s']:g} s")
+             +
              f"{', commit ' + results['commit'] if results.get('commit') else ''}:", ""]
     if {"alone", "reuse"} <= set(runs):
         lines += ["| metric | peak alone | peak reuse | cut | step mean alone | step mean reuse | cut |",
@@ -381,6 +440,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
             steps = results["runs"][mode]["steps"]
             axis.plot([step["step"] for step in steps], [step[metric] for step in steps], color=colour,
                       label="alone (SANA_SHARING=0)" if mode == "alone" else "reuse")
+            if metric == "cores" and all("cores_step" in step for step in steps):
+                axis.plot([step["step"] for step in steps], [step["cores_step"] for step in steps], color=colour,
+                          linestyle="--", linewidth=1, label=f"{mode}, whole step")
             for step in steps:
                 if step["action"] == "defrag":
                     axis.axvline(step["step"], color="grey", linestyle=":", linewidth=1)
@@ -388,6 +450,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         axis.set_xlabel("step (dotted: sana defrag)")
         axis.grid(alpha=0.3)
     axes[0].legend()
+    if results.get("step_s"):
+        axes[2].legend(fontsize=8)
     figure.suptitle(f"{WORKLOADS[results['workload']].rstrip(',')} {results['trace'].upper()} on Spark + Kafka, 2 cores")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -449,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keyed-workers", type=int, default=2, help="SANA_KEYED_WORKERS of the service")
     parser.add_argument("--settle", type=float, default=5.0)
     parser.add_argument("--measure", type=float, default=20.0)
+    parser.add_argument("--step", type=float, default=0.0,
+                        help="a fixed step of this many seconds from each change's start, cores over its last --measure "
+                             "seconds (the paper: 60); 0: measure --settle after the change returned, then the next")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--defrag-every", type=int, default=5,
@@ -470,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = with_defrag(spec.steps(workload), args.defrag_every)
     results = {"workload": args.workload, "apps": len(documents), "trace": args.trace, "seed": spec.seed,
                "walk_steps": spec.walk_steps, "rate": args.rate, "trigger_s": args.trigger,
-               "keyed_workers": args.keyed_workers, "settle_s": args.settle, "measure_s": args.measure,
+               "keyed_workers": args.keyed_workers, "settle_s": args.settle, "measure_s": args.measure, "step_s": args.step,
                "master": args.master, "defrag_every": args.defrag_every, "commit": _commit(), "runs": {}}
 
     def save(mode: str, run: dict[str, Any]) -> None:
@@ -484,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         save(mode, run_trace(documents, steps, sharing=mode == "reuse", run_dir=run_dir, redis_url=args.redis_url,
                              records=records, rate=args.rate, settle_s=args.settle, measure_s=args.measure,
                              master=args.master, trigger_s=args.trigger, keyed_workers=args.keyed_workers,
-                             label=f"{args.workload} {args.trace} {mode}",
+                             step_s=args.step, label=f"{args.workload} {args.trace} {mode}",
                              checkpoint=lambda partial, mode=mode: save(mode, partial)))
     print(f"wrote {out}")
     return 0

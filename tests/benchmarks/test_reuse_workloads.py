@@ -298,6 +298,23 @@ def test_real_report_compares_peaks_and_step_means_of_both_modes():
     assert "Sinks, reuse: 1 topics, 10 records, 0 repeated" in text
 
 
+def test_real_report_of_fixed_steps_adds_the_whole_step_cores():
+    """With the paper's fixed step the table also compares the cores over the whole step (the change included)."""
+    from benchmarks.reuse_real import markdown, summary
+
+    results = _real_results({"alone": [_real_step(1, "add", 10, 2, 1.0, cores_step=1.2)],
+                             "reuse": [_real_step(1, "add", 6, 1, 0.5, cores_step=0.9)]})
+    results["step_s"] = 60.0
+    rows = {row["metric"]: row for row in summary(results)}
+    assert rows["cores (process tree)"]["mean_cut"] == pytest.approx(50.0)
+    assert rows["cores over the whole step"]["mean_cut"] == pytest.approx(25.0)
+    text = markdown(results)
+    assert "a step every 60 s from its change's start (the paper's protocol), cores over its last 20 s" in text
+    assert "| cores over the whole step | 1.20 | 0.90 | 25% |" in text
+    del results["runs"]["alone"]["steps"][0]["cores_step"]  # a run without it (older results) has no such row
+    assert "cores over the whole step" not in markdown(results)
+
+
 def test_real_report_of_one_mode_and_its_defrag_steps():
     from benchmarks.reuse_real import defrag_markdown, markdown
 
