@@ -70,71 +70,72 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
 
     ``state`` is not changed. ``measured`` maps running task ids onto the Mbps the runtime measured them
     writing. The dataflows crossing a hot link are taken off together, then planned again in the order they
-    were submitted, so none is planned beside the others' old load on the link. If one of them cannot be
-    planned again, each is instead taken off and planned again on its own, in the same order: one that cannot
-    (no site can take a task) is then listed with the error and left as it is; the report's ``planned`` says
-    which way it went (``together`` or ``one at a time``). A dataflow whose plan comes out the same is listed
-    with no moves.
+    were submitted, so none is planned beside the others' old load on the link. One that cannot be planned
+    again (no site can take a task) is left as it is, listed with the error, and the others are taken off and
+    planned again together without it (the report's ``left_out``; ``planned`` is ``together``). A dataflow
+    whose plan comes out the same is listed with no moves.
     """
     hot = hot_links(state, measured, threshold)
     crossing = crossing_dataflows(state, {(row["from"], row["to"]) for row in hot})
     order = sorted(crossing, key=lambda name: int(name.rsplit("-", 1)[-1]))
     links = {dataflow_id: sorted(f"{src} -> {dst}" for src, dst in crossing[dataflow_id]) for dataflow_id in order}
-    planned = "together"
-    try:
-        work, dataflows, seeds = _replan(state, order, links, measured, sharing, together=True)
-    except SanaError:
-        planned = "one at a time"
-        work, dataflows, seeds = _replan(state, order, links, measured, sharing, together=False)
+    failed: dict[str, dict[str, Any]] = {}
+    while True:
+        try:
+            work, dataflows, seeds = _replan(state, [d for d in order if d not in failed], links, measured, sharing)
+            break
+        except _CannotReplan as cannot:
+            failed[cannot.dataflow_id] = {"dataflow": cannot.dataflow_id, "name": state.dataflows[cannot.dataflow_id].name,
+                                          "links": links[cannot.dataflow_id], "moves": [], "error": cannot.error.to_dict()}
+    dataflows = sorted([*dataflows, *failed.values()], key=lambda row: order.index(row["dataflow"]))
     moved = [row for row in dataflows if row["moves"]] or dataflows
     change = running_change(state, work, reason=f"re-place {len(moved)} dataflow(s) over "
                                                  f"{', '.join(sorted({link for row in moved for link in row['links']}))}")
     started = {spec.id for spec in change.start}
     seeds = {task: source for task, source in seeds.items() if task in started and source in state.tasks}
-    report = {"threshold": threshold, "hot_links": hot, "dataflows": dataflows, "planned": planned, "executed": False,
+    report = {"threshold": threshold, "hot_links": hot, "dataflows": dataflows, "planned": "together",
+              "left_out": list(failed), "executed": False,
               "start": sorted(started), "stop": sorted(spec.id for spec in change.stop)}
     return Replacement(report, work, change, seeds)
 
 
+class _CannotReplan(Exception):
+    def __init__(self, dataflow_id: str, error: SanaError) -> None:
+        super().__init__(dataflow_id)
+        self.dataflow_id, self.error = dataflow_id, error
+
+
 def _replan(state: State, order: list[str], links: Mapping[str, list[str]], measured: Mapping[str, float],
-            sharing: bool, together: bool) -> tuple[State, list[dict[str, Any]], dict[str, str]]:
-    """Plan the dataflows in ``order`` again on a copy of ``state``: all taken off first (``together``; raises
-    the first planning error), or each taken off and planned on its own (an error leaves that one as it is).
-    Returns the state after, a report row per dataflow, and the seeds (new task -> the task it continues)."""
+            sharing: bool) -> tuple[State, list[dict[str, Any]], dict[str, str]]:
+    """Plan the dataflows in ``order`` again on a copy of ``state``, all taken off first; raises
+    :class:`_CannotReplan` for the first one that cannot be planned. Returns the state after, a report row per
+    dataflow, and the seeds (new task -> the task it continues)."""
     work = copy.deepcopy(state)
-    if together:
-        for dataflow_id in reversed(order):
-            apply_unmerge(work, plan_unmerge(work, dataflow_id))
+    for dataflow_id in reversed(order):
+        apply_unmerge(work, plan_unmerge(work, dataflow_id))
     dataflows: list[dict[str, Any]] = []
     seeds: dict[str, str] = {}
     for dataflow_id in order:
         flow = state.dataflows[dataflow_id]
         entry: dict[str, Any] = {"dataflow": dataflow_id, "name": flow.name, "links": links[dataflow_id]}
         before = {task: (running, state.tasks[running].site) for task, running in flow.tasks.items()}
-        trial = work if together else copy.deepcopy(work)
         try:
-            if not together:
-                apply_unmerge(trial, plan_unmerge(trial, dataflow_id))
             parsed = dataclasses.replace(parse_dataflow(flow.document), owner=flow.owner)
-            plan = plan_merge(trial, parsed, flow.submitted_at, sharing=sharing, measured=measured,
+            plan = plan_merge(work, parsed, flow.submitted_at, sharing=sharing, measured=measured,
                               dataflow_id=dataflow_id)
         except SanaError as error:
-            if together:
-                raise
-            dataflows.append({**entry, "moves": [], "error": error.to_dict()})
-            continue
-        apply_merge(trial, plan)
+            raise _CannotReplan(dataflow_id, error) from error
+        apply_merge(work, plan)
         moves = []
         for task, (running, site) in sorted(before.items()):
             now = plan.dataflow.tasks[task]
-            now_site = trial.tasks[now].site
-            if now not in seeds and trial.tasks[now] != state.tasks.get(now):
+            now_site = work.tasks[now].site
+            if now not in seeds and work.tasks[now] != state.tasks.get(now):
                 seeds[now] = running  # a task two dataflows start continues the state of the first one's
             if (now, now_site) != (running, site):
                 moves.append({"task": task,
                               "from": {"running_task": running, "site": site, "shared": len(state.users[running]) > 1},
                               "to": {"running_task": now, "site": now_site, "new": now not in state.tasks}})
-        work = trial
         dataflows.append({**entry, "moves": moves, "not_shared": list(plan.not_shared)})
     return work, dataflows, seeds
 

@@ -281,27 +281,52 @@ def test_the_dataflows_over_a_hot_link_are_planned_again_together(redis_client, 
     assert plan["start"].count(copy_at_h2) == 1 and first.tasks["hot"] not in plan["stop"]
 
 
-def test_a_dataflow_that_cannot_be_planned_again_stays_as_it_is(redis_client, state_prefix, monkeypatch):
-    """Planning the third dataflow again fails (no site could take a task): the round falls back to one
-    dataflow at a time. The third is reported with its error and left as it is; the second, planned beside
-    it, shares the filter at P again (its stream reaches H2 for the third anyway), so nothing changes."""
-    made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
+def failing_for(dataflow_id: str, task_name: str):
+    """``plan_merge`` that cannot place ``dataflow_id`` (as if no site could take ``task_name``)."""
     real = replacement.plan_merge
 
-    def failing_for_third(state, parsed, submitted_at, **kwargs):
-        if kwargs.get("dataflow_id") == third.id:
-            raise PlacementImpossible("no compute site can take task 'hot'", culprit={"task": "hot"})
+    def plan_merge(state, parsed, submitted_at, **kwargs):
+        if kwargs.get("dataflow_id") == dataflow_id:
+            raise PlacementImpossible(f"no compute site can take task {task_name!r}", culprit={"task": task_name})
         return real(state, parsed, submitted_at, **kwargs)
 
-    monkeypatch.setattr(replacement, "plan_merge", failing_for_third)
+    return plan_merge
+
+
+def test_a_dataflow_that_cannot_be_planned_again_stays_as_it_is(redis_client, state_prefix, monkeypatch):
+    """Planning the third dataflow again fails (no site could take a task): it is reported with its error and
+    left as it is, and the second is planned again without it. Beside the third's stream over P -> H2 the
+    second shares the filter at P again (its stream reaches H2 for the third anyway), so nothing changes."""
+    made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
+    monkeypatch.setattr(replacement, "plan_merge", failing_for(third.id, "hot"))
     before = dict(made.state.tasks)
     plan = made.replacement(0.95)
     rows = {row["dataflow"]: row for row in plan["dataflows"]}
-    assert set(rows) == {second.id, third.id} and plan["planned"] == "one at a time"
+    assert set(rows) == {second.id, third.id} and plan["planned"] == "together" and plan["left_out"] == [third.id]
     assert rows[third.id]["moves"] == [] and rows[third.id]["error"]["culprit"] == {"task": "hot"}
     assert rows[second.id]["moves"] == [] and "error" not in rows[second.id]
     assert (plan["start"], plan["stop"]) == ([], [])
     assert made.state.tasks == before
+
+
+def test_the_others_are_still_planned_together_when_one_cannot_be(redis_client, state_prefix, monkeypatch):
+    """A fourth dataflow over P -> H2 (its own filter pinned at P) cannot be planned again: it stays as it is,
+    and the second and third still come off together and move to one filter at H2. Planned one at a time
+    instead, each would see the other's old load on P -> H2 and stay."""
+    made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
+    sink, cold = task("out", "sink", topic="d"), task("cold", "filter", expr="temp < -30")
+    sink["site"], cold["site"] = "H2", "P"
+    fourth = made.submit(chain(source(), cold, sink, name="four"))
+    monkeypatch.setattr(replacement, "plan_merge", failing_for(fourth.id, "cold"))
+    plan = made.replacement(0.95)
+    assert [row["dataflow"] for row in plan["dataflows"]] == [second.id, third.id, fourth.id], "submission order"
+    assert plan["planned"] == "together" and plan["left_out"] == [fourth.id]
+    rows = {row["dataflow"]: row for row in plan["dataflows"]}
+    assert rows[fourth.id]["moves"] == [] and rows[fourth.id]["error"]["culprit"] == {"task": "cold"}
+    (moved_second,), (moved_third,) = rows[second.id]["moves"], rows[third.id]["moves"]
+    assert moved_second["to"]["site"] == moved_third["to"]["site"] == "H2"
+    assert moved_second["to"]["running_task"] == moved_third["to"]["running_task"], "one filter at H2 for both"
+    assert fourth.tasks["cold"] not in plan["stop"] and first.tasks["hot"] not in plan["stop"]
 
 
 def test_with_bandwidth_to_spare_every_equivalent_task_is_shared(manager):
