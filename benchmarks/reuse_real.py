@@ -337,9 +337,14 @@ def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, 
 WORKLOADS = {"riot": "RIoT,", "riot-paper": "RIoT (the paper's construction),", "opmw": "OPMW,"}
 
 
-def markers(kind: str, trace: str, workload: str = "riot") -> tuple[str, str]:
-    """The comments in docs/reuse.md between which a run's ``kind`` (``real`` or ``defrag``) table goes."""
+def markers(kind: str, trace: str, workload: str = "riot", step_s: float = 0.0) -> tuple[str, str]:
+    """The comments in docs/reuse.md between which a run's ``kind`` (``real`` or ``defrag``) table goes.
+
+    >>> markers("real", "rw2", "riot-paper", 60.0)[0]
+    '<!-- reuse real riot-paper rw2 step60: begin -->'
+    """
     tag = trace if workload == "riot" else f"{workload} {trace}"
+    tag += f" step{step_s:g}" if step_s else ""
     return f"<!-- reuse {kind} {tag}: begin -->", f"<!-- reuse {kind} {tag}: end -->"
 
 
@@ -461,14 +466,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def report(path: Path, docs: Path | None) -> str:
     results = json.loads(path.read_text())
     results.setdefault("trace", "seq")
-    trace, workload = results["trace"], results["workload"]
+    trace, workload, step_s = results["trace"], results["workload"], results.get("step_s", 0.0)
     text, defrag = markdown(results), defrag_markdown(results)
-    image = f"reuse_real_{workload.replace('-', '_')}_{trace}.png"
+    image = f"reuse_real_{workload.replace('-', '_')}_{trace}{f'_step{step_s:g}' if step_s else ''}.png"
     plot(results, Path("docs/img") / image)
     if docs is not None:
-        page = _between(docs.read_text(), markers("real", trace, workload),
+        page = _between(docs.read_text(), markers("real", trace, workload, step_s),
                         f"{text}\n\n![{WORKLOADS[workload].rstrip(',')} {trace.upper()} on the real runtime](img/{image})")
-        docs.write_text(_between(page, markers("defrag", trace, workload), defrag))
+        docs.write_text(_between(page, markers("defrag", trace, workload, step_s), defrag))
     return text + "\n\n" + defrag
 
 
@@ -521,11 +526,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--defrag-every", type=int, default=5,
                         help="defragment after every N removals (0: never)")
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/sana-reuse-real"), help="logs and checkpoints")
-    parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/reuse-real-WORKLOAD-TRACE.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: benchmarks/results/reuse-real-WORKLOAD-TRACE.json (-stepS.json with --step)")
     parser.add_argument("--report", action="store_true", help="only redraw the table and plot from --out")
     parser.add_argument("--write-docs", action="store_true", help="with --report: write the table into docs/reuse.md")
     args = parser.parse_args(argv)
-    out = args.out or Path(f"benchmarks/results/reuse-real-{args.workload}-{args.trace}.json")
+    out = args.out or Path(f"benchmarks/results/reuse-real-{args.workload}-{args.trace}"
+                           f"{f'-step{args.step:g}' if args.step else ''}.json")
     if args.report:
         print(report(out, Path("docs/reuse.md") if args.write_docs else None))
         return 0
