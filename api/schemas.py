@@ -22,6 +22,8 @@ class SubmitResponse(BaseModel):
     sites: dict[str, str | None] = Field({}, description="Submitted task id -> site of its running task.")
     not_shared: list[dict[str, Any]] = Field([], description="Equivalent tasks not shared for lack of bandwidth, with the link and the numbers.")
     placement: dict[str, dict[str, Any]] = Field({}, description="How each new task was placed (WAN configuration only).")
+    weighing: dict[str, Any] | None = Field(None, description="How Algorithm 1's plan and the plan taking every share stood "
+                                            "on the WAN, which was kept and the criterion that decided (WAN configuration only).")
 
 
 class DataflowSummary(BaseModel):

@@ -60,6 +60,7 @@ class MergePlan:
     placement: dict[str, dict[str, Any]] = field(default_factory=dict)
     not_shared: tuple[dict[str, Any], ...] = ()
     notes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    weighing: dict[str, Any] | None = None
 
     @property
     def change(self) -> Change:
@@ -191,6 +192,7 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
         placement=placement,
         not_shared=tuple(not_shared),
         notes=notes,
+        weighing=assignment.plan.weighing.to_dict() if assignment.plan and assignment.plan.weighing else None,
     )
 
 

@@ -62,7 +62,8 @@ class SubmitResult:
     """What a submit did. ``sites`` maps submitted task ids to the site of their running task;
     ``not_shared`` lists the tasks that got a running task of their own although an equivalent
     one runs, with the link and the numbers that made Algorithm 1 refuse the share; ``placement``
-    says, with a WAN configuration, which rule placed each task."""
+    says, with a WAN configuration, which rule placed each task; ``weighing`` how Algorithm 1's plan
+    and the one taking every share stood, and which was kept (:class:`optimizer.model.Weighing`)."""
 
     id: str
     name: str
@@ -74,6 +75,7 @@ class SubmitResult:
     sites: dict[str, str | None] = field(default_factory=dict)
     not_shared: list[dict[str, Any]] = field(default_factory=list)
     placement: dict[str, dict[str, Any]] = field(default_factory=dict)
+    weighing: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         result = {
@@ -88,6 +90,8 @@ class SubmitResult:
         }
         if self.placement:
             result["placement"] = self.placement
+        if self.weighing:
+            result["weighing"] = self.weighing
         return result
 
 
@@ -266,6 +270,7 @@ class Manager:
             sites=sites,
             not_shared=list(plan.not_shared),
             placement=dict(plan.placement),
+            weighing=plan.weighing,
         )
 
     def remove(self, dataflow_id: str) -> RemoveResult:

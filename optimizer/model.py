@@ -201,13 +201,46 @@ class Crossing:
     consumer: str | None = None
 
 
+#: What :func:`optimizer.planner.standing` compares, in order (its first two are negated there: lower is better).
+WEIGHING_CRITERIA = ("delivered_mbps", "delivered_mbps_at_headroom", "added_mbps", "peak_utilization",
+                     "mbps_beyond_spare")
+
+
+@dataclass(frozen=True)
+class Weighing:
+    """How a query's two plans stood (:func:`optimizer.planner.standing`, lower is better): Algorithm 1's and
+    the one taking every share. ``kept`` names the plan placed; ``deciding`` the first criterion of
+    :data:`WEIGHING_CRITERIA` on which they differ (None: they tie, and Algorithm 1's is kept).
+
+    >>> Weighing("every share", (-10.0, -12.0, 8.0, 1.0, 0.0), (-12.0, -12.0, 8.0, 1.0, 0.0)).to_dict()["deciding"]
+    'delivered_mbps'
+    """
+
+    kept: str
+    algorithm_1: tuple[float, ...]
+    every_share: tuple[float, ...]
+
+    @property
+    def deciding(self) -> str | None:
+        return next((name for name, a, b in zip(WEIGHING_CRITERIA, self.algorithm_1, self.every_share) if a != b), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        def named(standing: tuple[float, ...]) -> dict[str, float]:
+            return {name: (-value or 0.0) if name.startswith("delivered") else value
+                    for name, value in zip(WEIGHING_CRITERIA, standing)}
+
+        return {"kept": self.kept, "deciding": self.deciding, "algorithm_1": named(self.algorithm_1),
+                "every_share": named(self.every_share)}
+
+
 @dataclass(frozen=True)
 class QueryPlan:
     """A placed query: decisions in parents-first order, new crossings, added link loads.
 
     ``overruled`` holds (query task id, refusal) for the refusals of Algorithm 1
     the planner set aside because taking every share would deliver more
-    (see :func:`optimizer.planner.admit_shares`).
+    (see :func:`optimizer.planner.admit_shares`); ``weighing`` how the two plans
+    stood, when they were weighed.
     """
 
     decisions: dict[str, Decision]
@@ -216,6 +249,7 @@ class QueryPlan:
     compared: int = 0
     skipped: int = 0
     overruled: tuple[tuple[str, Refusal], ...] = ()
+    weighing: Weighing | None = None
 
     @property
     def refusals(self) -> list[tuple[str, Refusal]]:

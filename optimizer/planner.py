@@ -25,7 +25,7 @@ from typing import Any
 from optimizer.algorithm1 import admit
 from optimizer.contention import Contention
 from optimizer.model import (SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningTask, RunningView,
-                            VertexAdmission)
+                            VertexAdmission, Weighing)
 from optimizer.opportunities import find_opportunities
 from optimizer.rates import with_rates
 from scheduler.context import PlanContext
@@ -45,6 +45,7 @@ class Admissions:
     ``options`` are those of the admission kept (without bandwidth checks when
     the weighing took the plan with every share: ``overruled`` then lists
     Algorithm 1's refusals, and is empty when only its placement lost);
+    ``weighing`` says how the two plans stood, when they were weighed;
     ``compared`` / ``skipped`` count IN-OP comparisons made and skipped by
     early termination.
     """
@@ -56,6 +57,7 @@ class Admissions:
     compared: int = 0
     skipped: int = 0
     overruled: tuple[tuple[str, Refusal], ...] = ()
+    weighing: Weighing | None = None
 
     def for_vertex(self, task: QueryTask, ctx: PlanContext) -> VertexAdmission:
         return self.vertices[task.id]
@@ -70,6 +72,7 @@ class _Trial:
         self.vertices: dict[str, VertexAdmission] = {}
         self.compared = self.skipped = 0
         self.overruled: tuple[tuple[str, Refusal], ...] = ()
+        self.weighing: Weighing | None = None
 
     def for_vertex(self, task: QueryTask, ctx: PlanContext) -> VertexAdmission:
         found = find_opportunities(task, ctx)
@@ -144,9 +147,11 @@ def admit_shares(
         return trial.admissions()
     sharing_trial, sharing = _try(query, running, wan, replace(options, bandwidth_checks=False), {}, forced)
     contention = Contention(running.running_tasks(), wan, options.router)
-    if _standing(sharing, query, contention, wan) < _standing(plan, query, contention, wan):
-        return sharing_trial.admissions(compared=trial.compared, skipped=trial.skipped, overruled=tuple(plan.refusals))
-    return trial.admissions()
+    every_share, algorithm_1 = _standing(sharing, query, contention, wan), _standing(plan, query, contention, wan)
+    if every_share < algorithm_1:
+        return sharing_trial.admissions(compared=trial.compared, skipped=trial.skipped, overruled=tuple(plan.refusals),
+                                        weighing=Weighing("every share", algorithm_1, every_share))
+    return trial.admissions(weighing=Weighing("algorithm 1", algorithm_1, every_share))
 
 
 def plan_query(

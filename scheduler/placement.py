@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from optimizer.model import (Admitted, Decision, PlanningOptions, QueryPlan, QueryTask, Ref, Refusal, RunningTask, RunningView,
-                             VertexAdmission)
+                             VertexAdmission, Weighing)
 from scheduler.context import PlanContext
 from scheduler.exceptions import PlacementImpossible
 from wan_sim.monitor import WanMonitor, fits
@@ -42,6 +42,7 @@ class AdmissionSource(Protocol):
     compared: int
     skipped: int
     overruled: tuple[tuple[str, Refusal], ...]
+    weighing: Weighing | None
 
     def for_vertex(self, task: QueryTask, ctx: PlanContext) -> VertexAdmission: ...
 
@@ -258,7 +259,7 @@ def place(admissions: AdmissionSource, running: RunningView, wan: WanMonitor) ->
             if check.link[0] == decision.site:
                 ctx.reserve(ctx.mapping[task_id], check.link, check.needed_mbps)
     return QueryPlan(decisions, tuple(ctx.crossings), dict(ctx.delta), admissions.compared, admissions.skipped,
-                     admissions.overruled)
+                     admissions.overruled, admissions.weighing)
 
 
 def _source(task: QueryTask, ctx: PlanContext) -> Decision:

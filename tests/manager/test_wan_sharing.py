@@ -132,6 +132,11 @@ def test_a_refusal_that_would_press_the_wan_harder_is_overruled_and_reported(man
     assert [(item["kind"], item["link"], item["needed_mbps"], item["available_mbps"]) for item in overruled] == [
         ("IN-OP", {"from": "P", "to": "H2"}, 8.0, 4.0), ("IN", {"from": "P", "to": "H2"}, 8.0, 4.0)]
     assert second.to_dict()["placement"]["hot"]["overruled"] == overruled
+    # why: by the flow model, taking the share delivers 16 Mbps of the sources to the sinks, the refusal 8
+    weighing = second.to_dict()["weighing"]
+    assert (weighing["kept"], weighing["deciding"]) == ("every share", "delivered_mbps")
+    assert (weighing["algorithm_1"]["delivered_mbps"], weighing["every_share"]["delivered_mbps"]) == (8.0, 16.0)
+    assert first.to_dict()["weighing"]["kept"] == "algorithm 1" and first.weighing["deciding"] is None, "nothing to share"
     check_wan_state(manager.state, {first.id: hot("a", "P", "one"), second.id: hot("b", "H2", "two")})
 
 

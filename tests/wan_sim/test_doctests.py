@@ -9,7 +9,7 @@ import pytest
 
 MODULES = [
     "wan_sim.topology", "wan_sim.monitor", "wan_sim.flow", "wan_sim.scenario", "wan_sim.policies", "wan_sim.simulate",
-    "wan_sim.workloads", "optimizer.planner", "optimizer.contention", "optimizer.rates", "optimizer.views", "scheduler.placement", "scheduler.assignment",
+    "wan_sim.workloads", "optimizer.model", "optimizer.planner", "optimizer.contention", "optimizer.rates", "optimizer.views", "scheduler.placement", "scheduler.assignment",
 ]
 
 
