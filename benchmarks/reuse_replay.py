@@ -9,9 +9,12 @@ defragmentation) run back to back with no measurement, up to ``--upto``;
 ``--fresh`` instead submits only the dataflows still running at that step, to
 a new service. Then the CPU of the service's process tree is sampled in
 ``--window`` second windows for ``--watch`` seconds after the last change, per
-kind of thread (program and thread name). The result goes to
-``benchmarks/results/reuse-replay-MODE[-fresh]-UPTO.json`` and a summary to
-standard output. docs/reuse.md ("The drain") reads these runs.
+kind of thread (program and thread name), with the Spark JVM's class loading
+and JIT compilation over each window (``jstat``: classes loaded and
+unloaded, methods compiled, compile seconds). The result goes to
+``benchmarks/results/reuse-replay-MODE[-fresh]-UPTO[-LABEL].json`` and a
+summary to standard output. docs/reuse.md ("The drain", "Code generated
+anew every batch") reads these runs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -77,6 +81,31 @@ def _per_thread(pids: dict[int, str], before: dict[tuple[int, str, str], int], a
     return used
 
 
+def jvm_pid(pids: dict[int, str]) -> int | None:
+    """The Spark JVM among ``pids`` (the one running ``java``)."""
+    return next((pid for pid, command in sorted(pids.items()) if command.split()[:1] and
+                 command.split()[0].endswith("java")), None)
+
+
+def jvm_counters(pid: int | None) -> dict[str, float]:
+    """Classes loaded and unloaded, methods JIT-compiled and seconds spent compiling, so far (``jstat``)."""
+    if pid is None:
+        return {}
+
+    def last_row(option: str) -> list[str]:
+        done = subprocess.run(["jstat", option, str(pid)], capture_output=True, text=True, timeout=30)
+        lines = done.stdout.split("\n")
+        return lines[1].split() if done.returncode == 0 and len(lines) > 1 else []
+
+    classes, compiler = last_row("-class"), last_row("-compiler")
+    result: dict[str, float] = {}
+    if len(classes) >= 4:
+        result.update(classes_loaded=float(classes[0]), classes_unloaded=float(classes[2]))
+    if len(compiler) >= 4:
+        result.update(jit_compiled=float(compiler[0]), jit_seconds=float(compiler[3]))
+    return result
+
+
 def steps_to(workload_name: str, trace: str, walk_steps: int, defrag_every: int, upto: int,
              fresh: bool) -> list[tuple[str, int]]:
     workload = workloads()[workload_name]
@@ -107,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watch", type=float, default=200.0)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/sana-reuse-replay"))
+    parser.add_argument("--label", default="", help="appended to the results file's name (e.g. a commit)")
     args = parser.parse_args(argv)
     steps = steps_to(args.workload, args.trace, args.walk_steps, args.defrag_every, args.upto, args.fresh)
     documents = workloads()[args.workload].documents
@@ -130,27 +160,35 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr, flush=True)
         series: list[float] = []
         by_thread: list[dict[str, float]] = []
+        jvm: list[dict[str, float]] = []
         pids = process_tree(service.process.pid)
         threads_before, last = thread_ticks(pids), costs.process_tree_cpu_s(service.process.pid)
+        jvm_before = jvm_counters(jvm_pid(pids))
         for number in range(int(args.watch // args.window)):
             time.sleep(args.window)
             pids = process_tree(service.process.pid)
             threads_after, now = thread_ticks(pids), costs.process_tree_cpu_s(service.process.pid)
             by_thread.append(_per_thread(pids, threads_before, threads_after, args.window))
+            jvm_after = jvm_counters(jvm_pid(pids))
+            jvm.append({key: round((value - jvm_before[key]) / args.window, 3) for key, value in jvm_after.items()
+                        if key in jvm_before})  # per second
+            jvm_before = jvm_after
             series.append(round((now - last) / args.window, 3))  # with exited threads and reaped children
             threads_before, last = threads_after, now
             print(f"replay {args.mode}: {(number + 1) * args.window:.0f} s after the last change: "
-                  f"{series[-1]:.3f} cores", file=sys.stderr, flush=True)
+                  f"{series[-1]:.3f} cores, per s: {jvm[-1]}", file=sys.stderr, flush=True)
         stats = service.client.get("/stats").raise_for_status().json()
-        result.update(cores_by_window=series, window_s=args.window,
+        result.update(cores_by_window=series, window_s=args.window, jvm_per_s_by_window=jvm,
                       by_thread=[dict(sorted(window.items(), key=lambda item: -item[1])[:15]) for window in by_thread],
                       running_tasks=stats["running_tasks"], fragments=stats["fragments"],
                       queries=len(service.client.get("/runtime/queries").raise_for_status().json()["queries"]))
     finally:
         service.close()
-    out = Path(f"benchmarks/results/reuse-replay-{args.mode}{'-fresh' if args.fresh else ''}-{args.upto}.json")
+    out = Path(f"benchmarks/results/reuse-replay-{args.mode}{'-fresh' if args.fresh else ''}-{args.upto}"
+               f"{'-' + args.label if args.label else ''}.json")
     out.write_text(json.dumps(result, indent=1))
-    print(json.dumps({key: result[key] for key in ("cores_by_window", "running_tasks", "fragments", "queries")}))
+    print(json.dumps({key: result[key] for key in ("cores_by_window", "jvm_per_s_by_window", "running_tasks",
+                                                   "fragments", "queries")}))
     print(f"wrote {out}")
     return 0
 
