@@ -11,7 +11,9 @@ With ``window`` w: a pair matches only if its time columns differ by at most
 w. The watermark is min(max left time, max right time) - ``watermark``
 (default w), Spark's default policy, computed on the driver from the
 workers' reports after each batch; a row older than the watermark in force
-is dropped as too late, and state older than watermark - w (which no
+is dropped as too late (by its worker: the SQL carries no watermark, so the
+code Spark generates for a batch is the same from batch to batch, see
+:mod:`runtime.spark.window`), and state older than watermark - w (which no
 acceptable future row can match) is evicted. Without ``window`` nothing is
 evicted (state grows with the input).
 """
@@ -57,13 +59,11 @@ class StreamJoin(KeyedOperator):
     def initial_state(self) -> dict[str, Any]:
         return {**super().initial_state(), "max_left_us": None, "max_right_us": None}
 
-    def _side(self, source: str, side: int, schema: Mapping[str, str], watermark: int | None,
-              routing: dict[str, Any], columns: list[tuple[str, str]]) -> str:
+    def _side(self, source: str, side: int, schema: Mapping[str, str], routing: dict[str, Any],
+              columns: list[tuple[str, str]]) -> str:
         conditions = [f"`{key}` IS NOT NULL" for key in self.config.on]
         if self.window_us is not None:
             conditions.append(f"`{self.time_column}` IS NOT NULL")
-            if watermark is not None:
-                conditions.append(f"`{self.time_column}` >= timestamp_micros({watermark})")
         bucket, pkey = self.router.columns(self.config.on, routing, [f"`{name}`" for name in schema], side)
         values = {PKEY: pkey, BUCKET: bucket, SIDE: f"CAST({side} AS TINYINT)"}
         values.update({side_column(side, name): f"`{name}`" for name in schema})
@@ -77,8 +77,8 @@ class StreamJoin(KeyedOperator):
         columns = [(PKEY, "int"), (BUCKET, "int"), (SIDE, "tinyint")]
         columns += [(side_column(LEFT, name), kind) for name, kind in self.left_schema.items()]
         columns += [(side_column(RIGHT, name), kind) for name, kind in self.right_schema.items()]
-        branches = [self._side(left, LEFT, self.left_schema, watermark, routing, columns),
-                    self._side(right, RIGHT, self.right_schema, watermark, routing, columns)]
+        branches = [self._side(left, LEFT, self.left_schema, routing, columns),
+                    self._side(right, RIGHT, self.right_schema, routing, columns)]
         step = JoinStep(tuple(self.config.on), tuple(self.left_schema), tuple(self.right_schema), self.right_names,
                         tuple(self.task.schema), self.time_column, self.window_us, watermark)
         return branches, columns, step, dict(self.task.schema)

@@ -44,7 +44,8 @@ class JoinStep:
     ``left``/``right``: the sides' column names; ``on``: the join columns;
     ``right_names``: output name of each right column that is not an ``on``
     column; ``time_column`` and ``window_us`` for a time-bounded join;
-    ``watermark_us``: the watermark in force when the batch starts.
+    ``watermark_us``: the watermark in force when the batch starts; a new row older than it is dropped as
+    too late (a time-bounded join only).
     """
 
     on: tuple[str, ...]
@@ -58,6 +59,8 @@ class JoinStep:
 
     def __call__(self, state: pa.Table | None, rows: pa.Table | None) -> tuple[pa.Table | None, pa.Table | None, dict]:
         new = _sorted(rows.drop_columns([PKEY])) if rows is not None and rows.num_rows else None
+        if new is not None and self.window_us is not None and self.watermark_us is not None:
+            new = self._evict(new, self.watermark_us)  # too late: older than the watermark in force
         new_left, new_right = self._side(new, LEFT), self._side(new, RIGHT)
         old_left, old_right = self._side(state, LEFT), self._side(state, RIGHT)
         all_right = _concat(old_right, new_right)

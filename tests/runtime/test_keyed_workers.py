@@ -124,6 +124,14 @@ def test_join_worker_emits_each_pair_once_and_evicts_what_cannot_match():
     assert pairs(out) == [] and report["state_rows"] == 1  # everything older than 20 - 5 is gone
 
 
+def test_join_worker_drops_new_rows_older_than_the_watermark_in_force():
+    """The SQL of a batch carries no watermark (its generated code stays the same): the worker drops late rows."""
+    state, _, _ = join_step(None)(None, join_rows([("a", 10, 1.0)], [("a", 12, 10.0)]))
+    state, out, report = join_step(11)(state, join_rows([("a", 10.5, 2.0), ("a", 13, 3.0)], [("a", 9, 11.0)]))
+    assert pairs(out) == [("a", 3.0, 10.0)], "the left row at 10.5 and the right row at 9 are too late"
+    assert report["rows"] == 1 and report["state_rows"] == 3  # 10 and 12 kept (>= 11 - 5), 13 added
+
+
 def test_join_worker_output_order_does_not_depend_on_arrival_order():
     left = [(f"k{i % 3}", i, float(i)) for i in range(12)]
     right = [(f"k{i % 3}", i + 0.5, float(100 + i)) for i in range(12)]
