@@ -147,7 +147,7 @@ class RealService:
     def cpu_s(self) -> float:
         return process_tree_cpu_s(self.process.pid)
 
-    def measure_step(self, started: float | None = None, cpu_at_start: float | None = None) -> dict[str, Any]:
+    def measure_step(self, started: float, cpu_at_start: float) -> dict[str, Any]:
         """The step's measurements; ``started`` and ``cpu_at_start`` are the clock and CPU when its change began.
 
         The CPU is also read every 5 s from the change's start (``cpu_timeline``:
@@ -155,9 +155,7 @@ class RealService:
         read afterwards.
         """
         now = time.monotonic()
-        started = now if started is None else started
-        at, cpu = (started, cpu_at_start) if cpu_at_start is not None else (now, self.cpu_s())
-        first_at, first_cpu = at, cpu
+        at, cpu = started, cpu_at_start
         began, ended = step_window(started, now, self.step_s, self.settle_s, self.measure_s)
         marks = sorted({began, ended, *(started + k * 5.0 for k in range(1, int((ended - started) // 5) + 1))})
         timeline: list[list[float]] = []
@@ -172,15 +170,14 @@ class RealService:
                 began, cpu_before = at, cpu
         seconds = at - began
         cores = (cpu - cpu_before) / seconds
-        extra = {"cores_step": round((cpu - first_cpu) / (at - first_at), 4), "step_s": round(at - first_at, 2)} \
-            if cpu_at_start is not None else {}
         stats = self.client.get("/stats").raise_for_status().json()
         queries = self.client.get("/runtime/queries").raise_for_status().json()["queries"]
         costs = self.client.get("/costs").raise_for_status().json()
         return {
             "cores": round(cores, 4),
             "measured_s": round(seconds, 2),
-            **extra,
+            "cores_step": round((cpu - cpu_at_start) / (at - started), 4),
+            "step_s": round(at - started, 2),
             "cpu_timeline": timeline,
             "queries": len(queries),
             "degraded_queries": sum(1 for query in queries if query["status"] != "running"),
@@ -387,8 +384,7 @@ def repaired(step: dict[str, Any], measure_s: float) -> dict[str, Any]:
 
 def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Per metric: peak and step-mean alone vs with reuse, and the reduction (the paper's way of reporting)."""
-    runs = {mode: {**run, "steps": [repaired(step, results["measure_s"]) for step in run["steps"]]}
-            for mode, run in results["runs"].items()}
+    runs = results["runs"]
     rows = []
     metrics = [("running_tasks", "running tasks"), ("queries", "Spark queries"), ("cores", "cores (process tree)"),
                ("kafka_bytes_per_s", "Kafka bytes/s written")]

@@ -14,7 +14,7 @@ and JIT compilation over each window (``jstat``: classes loaded and
 unloaded, methods compiled, compile seconds). The result goes to
 ``benchmarks/results/reuse-replay-MODE[-fresh]-UPTO[-LABEL].json`` and a
 summary to standard output. docs/reuse.md ("The drain", "Code generated
-anew every batch") reads these runs.
+every batch") reads these runs.
 """
 
 from __future__ import annotations
