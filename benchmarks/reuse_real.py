@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 
 from benchmarks.targets import delete_prefix, free_port, redis_client, wait_healthy
-from runtime.costs import process_tree_cpu_s
+from runtime.costs import ProcessTreeCpu
 
 START_TIMEOUT_S = 180.0
 
@@ -82,6 +82,7 @@ class RealService:
         self._producers: dict[str, threading.Thread] = {}
         self.produced: Counter[str] = Counter()
         self.sinks: set[str] = set()
+        self._cpu = ProcessTreeCpu(self.process.pid)
         wait_healthy(self.process, self.client, self.log_path, START_TIMEOUT_S, pause_s=0.5)
 
     # -- sources -------------------------------------------------------------------------
@@ -145,7 +146,7 @@ class RealService:
         return response.json()
 
     def cpu_s(self) -> float:
-        return process_tree_cpu_s(self.process.pid)
+        return self._cpu()
 
     def measure_step(self, started: float, cpu_at_start: float) -> dict[str, Any]:
         """The step's measurements; ``started`` and ``cpu_at_start`` are the clock and CPU when its change began.
@@ -331,7 +332,21 @@ def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, 
 
 # -- the report ---------------------------------------------------------------------------------
 
-WORKLOADS = {"riot": "RIoT,", "riot-paper": "RIoT (the paper's construction),", "opmw": "OPMW,"}
+WORKLOADS = {"riot": "RIoT,", "riot-paper": "RIoT (the paper's construction),", "opmw": "OPMW,",
+             "opmw-hist": "OPMW (shaped by the paper's histogram),"}
+
+
+def records_for(workload: str):
+    """The record maker of ``workload``'s source topics (``make = records_for(w)(topic, seed)``).
+
+    >>> records_for("opmw-hist").__module__, records_for("riot").__module__
+    ('benchmarks.opmw', 'benchmarks.riot_records')
+    """
+    if workload.startswith("opmw"):
+        from benchmarks.opmw import record_maker as opmw_records
+        return opmw_records
+    from benchmarks.riot_records import record_maker as riot_records
+    return riot_records
 
 
 def markers(kind: str, trace: str, workload: str = "riot", step_s: float = 0.0) -> tuple[str, str]:
@@ -352,11 +367,13 @@ def _mean(values: list[float]) -> float:
 def repaired(step: dict[str, Any], measure_s: float) -> dict[str, Any]:
     """``step`` with its cores taken from the 5 s slices of its ``cpu_timeline`` that did not go negative.
 
-    The process tree's CPU falls when a process leaves it with its time (the
-    Spark JVM when the last query stops, a Python worker now and then): such a
+    In runs read with the stateless ``process_tree_cpu_s`` the process tree's
+    CPU fell when a process left it with its time (the Spark JVM's Python
+    daemons, orphaned when the JVM exits after the last query stops): such a
     slice measures nothing, so the step's ``cores`` (its last ``measure_s``)
     and ``cores_step`` are the duration-weighted mean of the other slices.
-    A step without such a slice is returned as it is.
+    A step without such a slice is returned as it is. Runs read with
+    :class:`runtime.costs.ProcessTreeCpu` keep an orphan's time and have none.
 
     >>> step = {"cores": -3.0, "cores_step": -1.0, "step_s": 20.0,
     ...         "cpu_timeline": [[5.0, 0.4], [10.0, 0.2], [15.0, 0.1], [20.0, -60.0]]}
@@ -540,9 +557,7 @@ def _commit() -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from benchmarks import opmw
     from benchmarks.reuse import TRACES, workloads
-    from benchmarks.riot_records import record_maker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="riot")
@@ -588,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         results["runs"][mode] = run
         out.write_text(json.dumps(results, indent=1))
 
-    records = opmw.record_maker if args.workload == "opmw" else record_maker
+    records = records_for(args.workload)
     for mode in args.modes.split(","):
         run_dir = args.run_dir / mode
         shutil.rmtree(run_dir, ignore_errors=True)

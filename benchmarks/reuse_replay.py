@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.reuse import TRACES, workloads
-from benchmarks.reuse_real import RealService, with_defrag
-from benchmarks.riot_records import record_maker
+from benchmarks.reuse_real import RealService, records_for, with_defrag
 from runtime import costs
 from runtime.costs import CLOCK_TICKS
 
@@ -142,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     documents = workloads()[args.workload].documents
     run_dir = args.run_dir / args.mode
     shutil.rmtree(run_dir, ignore_errors=True)
-    service = RealService(run_dir, sharing=args.mode == "reuse", redis_url=args.redis_url, records=record_maker,
-                          settle_s=0, measure_s=0, trigger_s=args.trigger, keyed_workers=2)
+    service = RealService(run_dir, sharing=args.mode == "reuse", redis_url=args.redis_url,
+                          records=records_for(args.workload), settle_s=0, measure_s=0, trigger_s=args.trigger, keyed_workers=2)
     running: dict[int, str] = {}
     result: dict[str, Any] = {"args": {key: str(value) for key, value in vars(args).items()}, "steps": steps}
     try:
@@ -162,12 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         by_thread: list[dict[str, float]] = []
         jvm: list[dict[str, float]] = []
         pids = process_tree(service.process.pid)
-        threads_before, last = thread_ticks(pids), costs.process_tree_cpu_s(service.process.pid)
+        tree_cpu = costs.ProcessTreeCpu(service.process.pid)
+        threads_before, last = thread_ticks(pids), tree_cpu()
         jvm_before = jvm_counters(jvm_pid(pids))
         for number in range(int(args.watch // args.window)):
             time.sleep(args.window)
             pids = process_tree(service.process.pid)
-            threads_after, now = thread_ticks(pids), costs.process_tree_cpu_s(service.process.pid)
+            threads_after, now = thread_ticks(pids), tree_cpu()
             by_thread.append(_per_thread(pids, threads_before, threads_after, args.window))
             jvm_after = jvm_counters(jvm_pid(pids))
             jvm.append({key: round((value - jvm_before[key]) / args.window, 3) for key, value in jvm_after.items()
