@@ -16,6 +16,17 @@ _LOCK = threading.Lock()
 # Small shuffles (a 2-core machine runs several queries), UTC everywhere, Arrow
 # for the driver-side keyed operators, FAIR scheduling so one busy fragment
 # does not starve the others, no UI.
+#
+# No filter is pushed below a select. Pushing a filter through a projection
+# substitutes the projection's expressions for the columns it reads, so
+# through a chain of k selects that each read their input column n times the
+# condition grows as n^k: four of the OPMW workload's pi stages (n = 25) made
+# one statement's optimizer run out of the driver's heap, which stops every
+# query of the process. Sana's sources push no filter into their scan, so the
+# rule saves little here. (PushDownPredicates is the combined rule;
+# PushPredicateThroughNonJoin also runs on its own in a later batch.)
+NO_PUSHDOWN_THROUGH_SELECTS = ",".join(f"org.apache.spark.sql.catalyst.optimizer.{rule}" for rule in (
+    "PushDownPredicates", "PushPredicateThroughNonJoin"))
 DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -30,6 +41,7 @@ DEFAULT_CONF = {
     "spark.python.worker.reuse": "true",
     "spark.sql.streaming.minBatchesToRetain": "20",
     "spark.driver.extraJavaOptions": "-Dlog4j2.level=warn",
+    "spark.sql.optimizer.excludedRules": NO_PUSHDOWN_THROUGH_SELECTS,
 }
 
 
