@@ -48,6 +48,11 @@ from runtime.spark.worker_state import WorkerStateStore
 log = logging.getLogger("sana.runtime.query")
 
 RECENT_BATCHES = 20
+# A query's Python source runner is a new Python process that must connect back to the JVM within Spark's
+# fixed 10 s; on a loaded machine it sometimes does not (seen with 30 queries on 2 cores). Such a start is
+# tried again before the change that needed the query is rolled back.
+TRANSIENT_START_ERRORS = ("Python worker failed to connect back", "StreamingPythonRunnerInitialization")
+START_RETRIES = 2
 REPLAYS_KEY = "__replays__"
 
 
@@ -167,12 +172,23 @@ class FragmentQuery:
         self.query = writer.start()
         self.started_at = time.time()
 
-    def wait_running(self, timeout_s: float = 90.0) -> None:
-        """Return once the query has planned its first trigger; raise :class:`QueryFailed` if it died."""
+    def wait_running(self, timeout_s: float = 90.0, restarts: int = START_RETRIES) -> None:
+        """Return once the query has planned its first trigger; raise :class:`QueryFailed` if it died.
+
+        A start that failed for want of resources (:data:`TRANSIENT_START_ERRORS`)
+        is tried again from the checkpoint, up to ``restarts`` times.
+        """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.query.isActive:
-                raise QueryFailed(f"query {self.id} stopped while starting: {self.error() or 'no error reported'}")
+                error = self.error() or "no error reported"
+                if restarts > 0 and any(sign in error for sign in TRANSIENT_START_ERRORS):
+                    restarts -= 1
+                    log.warning("query %s did not start (%s); starting it again from its checkpoint", self.id, error)
+                    self.start()
+                    deadline = time.monotonic() + timeout_s
+                    continue
+                raise QueryFailed(f"query {self.id} stopped while starting: {error}")
             status = self.query.status
             if self.query.recentProgress or status.get("message") in ("Waiting for data to arrive", "Waiting for next trigger"):
                 if self.query.isActive:
