@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
+from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -70,16 +73,76 @@ def _quiet(session: SparkSession, loggers: tuple[str, ...]) -> None:
         log.debug("could not quiet Spark loggers: %s", error)
 
 
+# A key of a Java properties line ends at its first unescaped blank, "=" or ":".
+_PROPERTY_KEY = re.compile(r"^((?:[^\\\s=:]|\\.)+)")
+
+
+def property_keys(text: str) -> set[str]:
+    """The keys a Java properties file (spark-defaults.conf) sets.
+
+    >>> sorted(property_keys("# comment\\n\\nspark.a 1\\n  spark.b=2\\nspark.c: x y\\n! also a comment\\n"))
+    ['spark.a', 'spark.b', 'spark.c']
+    """
+    keys = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        match = _PROPERTY_KEY.match(line)
+        if match:
+            keys.add(match.group(1).replace("\\", ""))
+    return keys
+
+
+def defaults_file(environ: Mapping[str, str] = os.environ) -> Path:
+    """The spark-defaults.conf spark-submit reads when PySpark starts the driver JVM."""
+    if environ.get("SPARK_CONF_DIR"):
+        return Path(environ["SPARK_CONF_DIR"]) / "spark-defaults.conf"
+    if environ.get("SPARK_HOME"):
+        return Path(environ["SPARK_HOME"]) / "conf" / "spark-defaults.conf"
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "conf" / "spark-defaults.conf"
+
+
+def session_conf(conf: Mapping[str, str] | None = None, operator_keys: set[str] | frozenset[str] = frozenset()) -> dict[str, str]:
+    """The properties Sana sets on the session: its defaults, less those the operator set, then ``conf``.
+
+    A property set on the builder wins over spark-defaults.conf, so a default
+    of Sana's would silently replace the operator's value (the chart's
+    ``spark.conf`` writes that file).
+
+    >>> session_conf({"spark.x": "1"}, {"spark.sql.shuffle.partitions"})["spark.x"]
+    '1'
+    >>> "spark.sql.shuffle.partitions" in session_conf({}, {"spark.sql.shuffle.partitions"})
+    False
+    """
+    chosen = {key: value for key, value in DEFAULT_CONF.items() if key not in operator_keys}
+    chosen.update(conf or {})
+    return chosen
+
+
 def spark_session(master: str, app_name: str = "sana", conf: dict[str, str] | None = None) -> SparkSession:
-    """Get (or create) the process's SparkSession and register the ``sana_kafka`` source on it."""
+    """Get (or create) the process's SparkSession and register the ``sana_kafka`` source on it.
+
+    Properties in spark-defaults.conf (``SPARK_CONF_DIR``) win over
+    :data:`DEFAULT_CONF`; ``conf`` wins over both.
+    """
     from runtime.spark.kafka_source import SanaKafka
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs every callback at INFO
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    path = defaults_file()
+    try:
+        operator_keys = property_keys(path.read_text())
+    except OSError:  # no such file: Sana's defaults apply
+        operator_keys = set()
+    if operator_keys & set(DEFAULT_CONF):
+        log.info("%s sets %s: Sana's defaults for them are not applied", path, ", ".join(sorted(operator_keys & set(DEFAULT_CONF))))
     with _LOCK:
         builder = SparkSession.builder.master(master).appName(app_name)
-        for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+        for key, value in session_conf(conf, operator_keys).items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("WARN")

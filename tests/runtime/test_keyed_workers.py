@@ -29,7 +29,7 @@ def us(seconds: float) -> int:
 
 @pytest.mark.parametrize("name", ["runtime.spark.keyed", "runtime.spark.window_worker", "runtime.spark.reshape",
                                   "runtime.operators.keyed", "runtime.spark.fragment",
-                                  "runtime.spark.keyed_operator"])
+                                  "runtime.spark.keyed_operator", "runtime.spark.session"])
 def test_docstring_examples(name):
     assert doctest.testmod(importlib.import_module(name)).failed == 0
 
