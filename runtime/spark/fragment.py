@@ -390,7 +390,10 @@ class FragmentQuery:
             headers = [("sana.writer", self.id.encode()), ("sana.run", self.run.encode()), ("sana.batch", str(batch_id).encode())]
             planned = time.perf_counter()
             if self.producer is not None:
-                table = output.toArrow()
+                # The driver takes the whole output here anyway (local mode), so one task per core does: the
+                # union has a task per output and input partition, and every task deserializes the generated
+                # code of every output (docs/reuse.md, "Where a hosted query's CPU goes").
+                table = output.coalesce(session.sparkContext.defaultParallelism).toArrow()
                 collected = time.perf_counter()
                 written = self.producer.send_table(table, headers)
                 self._count_written(plan, table)
