@@ -1,7 +1,13 @@
-"""The service's CPU read from /proc keeps the time of processes that left its tree (real processes, no Spark)."""
+"""The service's CPU read from /proc keeps the time of processes that left its tree (real processes, no Spark).
+
+Each test reads the tree of a root process of its own, not the test
+process's: by the time these tests run, the test process also holds a Spark
+JVM whose background threads would count.
+"""
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 import time
@@ -25,32 +31,71 @@ grandchild.stdin.flush()
 """
 
 
+# The root starts the child, reports the grandchild's pid, and on "go" lets the child exit (and reaps it).
+ROOT = f"""
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", {CHILD!r}], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+print(child.stdout.readline().decode().strip(), flush=True)
+sys.stdin.readline()
+child.communicate(b"exit\\n", timeout=30)
+print("done", flush=True)
+sys.stdin.readline()
+"""
+BURN = f"import time\nbegan = time.process_time()\nwhile time.process_time() - began < {BURN_S}: pass\n"
+# The root runs a child that burns CPU and reaps it: the child's time moves into the root's children's time.
+REAPER = f"""
+import subprocess, sys
+sys.stdin.readline()
+subprocess.run([sys.executable, "-c", {BURN!r}], check=True)
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _finished(pid: int) -> bool:
+    path = Path(f"/proc/{pid}/stat")
+    try:
+        return path.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def test_an_orphaned_descendant_keeps_counting_after_it_leaves_the_tree():
-    meter = ProcessTreeCpu()
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    grandchild = int(child.stdout.readline())
-    before, stateless_before = meter(), process_tree_cpu_s()
-    child.communicate(b"exit\n", timeout=30)  # the child exits; the grandchild starts burning, orphaned
-    deadline = time.monotonic() + 60
-    while Path(f"/proc/{grandchild}").exists() and Path(f"/proc/{grandchild}/stat").read_text().split(")")[1].split()[0] != "Z":
-        assert time.monotonic() < deadline, "the grandchild did not finish"
-        meter()
-        time.sleep(0.1)
-    after, stateless_after = meter(), process_tree_cpu_s()
+    root = subprocess.Popen([sys.executable, "-c", ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        meter = ProcessTreeCpu(root.pid)
+        grandchild = int(root.stdout.readline())
+        before, stateless_before = meter(), process_tree_cpu_s(root.pid)
+        root.stdin.write(b"go\n")
+        root.stdin.flush()
+        assert root.stdout.readline().strip() == b"done"  # the child exited; the grandchild burns on, orphaned
+        deadline = time.monotonic() + 60
+        while not _finished(grandchild):
+            assert time.monotonic() < deadline, "the grandchild did not finish"
+            meter()
+            time.sleep(0.1)
+        after, stateless_after = meter(), process_tree_cpu_s(root.pid)
+    finally:
+        root.communicate(b"quit\n", timeout=30)
     # The grandchild's time is counted once: it was never reaped by a process of this tree.
-    assert after - before >= BURN_S * 0.8
-    assert after - before < BURN_S * 3
+    assert BURN_S * 0.8 <= after - before < BURN_S * 2
     # What the stateless reading sees: the orphan left the tree with its time.
     assert stateless_after - stateless_before < BURN_S * 0.5
 
 
 def test_a_reaped_child_is_counted_once():
-    meter = ProcessTreeCpu()
-    before = meter()
-    burn = f"import time\nbegan = time.process_time()\nwhile time.process_time() - began < {BURN_S}: pass\n"
-    child = subprocess.Popen([sys.executable, "-c", burn])
-    while child.poll() is None:  # reaped here: its time moves into this process's children's time
-        meter()
-        time.sleep(0.1)
-    spent = meter() - before
+    root = subprocess.Popen([sys.executable, "-c", REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        meter = ProcessTreeCpu(root.pid)
+        before = meter()
+        root.stdin.write(b"go\n")
+        root.stdin.flush()
+        deadline = time.monotonic() + 60
+        while not select.select([root.stdout], [], [], 0.1)[0]:  # the child burns; the meter sees it in the tree
+            assert time.monotonic() < deadline, "the child did not finish"
+            meter()
+        assert root.stdout.readline().strip() == b"done"
+        spent = meter() - before
+    finally:
+        root.communicate(b"quit\n", timeout=30)
     assert BURN_S * 0.8 <= spent < BURN_S * 1.8
