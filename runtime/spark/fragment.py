@@ -123,6 +123,7 @@ class FragmentQuery:
         self.max_records_per_batch = max_records_per_batch
         self.producer = producer
         self.batch_base = batch_base
+        self._cores = spark.sparkContext.defaultParallelism  # tasks that collect a batch's output (local mode)
         self.bound_file = checkpoint / "bound.json"
         self.plan = QueryPlan(0)
         self.query = None
@@ -393,7 +394,7 @@ class FragmentQuery:
                 # The driver takes the whole output here anyway (local mode), so one task per core does: the
                 # union has a task per output and input partition, and every task deserializes the generated
                 # code of every output (docs/reuse.md, "Where a hosted query's CPU goes").
-                table = output.coalesce(session.sparkContext.defaultParallelism).toArrow()
+                table = output.coalesce(self._cores).toArrow()
                 collected = time.perf_counter()
                 written = self.producer.send_table(table, headers)
                 self._count_written(plan, table)

@@ -138,8 +138,9 @@ def spark_session(master: str, app_name: str = "sana", conf: dict[str, str] | No
         operator_keys = property_keys(path.read_text())
     except OSError:  # no such file: Sana's defaults apply
         operator_keys = set()
-    if operator_keys & set(DEFAULT_CONF):
-        log.info("%s sets %s: Sana's defaults for them are not applied", path, ", ".join(sorted(operator_keys & set(DEFAULT_CONF))))
+    overridden = sorted(operator_keys & DEFAULT_CONF.keys())
+    if overridden:
+        log.info("%s sets %s: Sana's defaults for them are not applied", path, ", ".join(overridden))
     with _LOCK:
         builder = SparkSession.builder.master(master).appName(app_name)
         for key, value in session_conf(conf, operator_keys).items():
