@@ -81,9 +81,12 @@ def test_moving_buckets_while_records_flow_loses_and_repeats_nothing(manager_fac
     finally:
         stop.set()
         producer.join()
-    closing = urban_records(5000, 4, sensors=SENSORS)  # moves every watermark past the last window
+    # Event time is the record's number: the closing records come well after the last one produced (a slow
+    # run produced more than 5,000) and move every watermark past the last window.
+    closing_at = len(produced) + 5000
+    closing = urban_records(closing_at, 4, sensors=SENSORS)
     produce(kafka_bootstrap, left, closing)
-    produce(kafka_bootstrap, right, urban_records(5000, 4, seed=9, sensors=SENSORS))
+    produce(kafka_bootstrap, right, urban_records(closing_at, 4, seed=9, sensors=SENSORS))
     expected = window_reference([produced, closing], 10, None, 2, {"n": len, "total": sum})
     check = lambda: raise_dead_queries(manager)  # noqa: E731
 
