@@ -418,6 +418,73 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def phases(actions: list[str], fill: int, walk: int) -> list[str]:
+    """The trace phase of each step: the first ``fill`` changes ``fill``, the next ``walk`` changes ``walk``, the
+    rest ``drain``; a defrag step belongs to the phase of the change before it.
+
+    >>> phases(["add", "add", "remove", "defrag", "add", "remove", "defrag", "remove"], fill=2, walk=2)
+    ['fill', 'fill', 'walk', 'walk', 'walk', 'drain', 'drain', 'drain']
+    """
+    result, changes = [], 0
+    for action in actions:
+        if action != "defrag":
+            changes += 1
+        result.append("fill" if changes <= fill else "walk" if changes <= fill + walk else "drain")
+    return result
+
+
+def _fill_and_walk(results: dict[str, Any]) -> tuple[int, int]:
+    """How many changes fill the service before a walk and how many the walk makes (SEQ: all adds, no walk)."""
+    if results["trace"] == "seq":
+        return results["apps"], 0
+    initial = results.get("initial")
+    if initial is None:  # results written before the runner recorded it
+        from benchmarks.reuse import workloads
+
+        initial = workloads()[results["workload"]].initial
+    return initial, results["walk_steps"]
+
+
+def phase_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per phase of the trace (fill, walk, drain): its steps, mean dataflows running, and alone vs reuse means.
+
+    Both modes run the same steps, so the phase of step k is the same in each.
+    """
+    runs = results["runs"]
+    fill, walk = _fill_and_walk(results)
+    labels = phases([step["action"] for step in runs["alone"]["steps"]], fill, walk)
+    metrics = ["running_tasks", "cores"] + (["cores_step"] if all("cores_step" in step for run in runs.values()
+                                                                   for step in run["steps"]) else [])
+    rows = []
+    for phase in ("fill", "walk", "drain"):
+        picked = [k for k, label in enumerate(labels) if label == phase]
+        if not picked:
+            continue
+        row: dict[str, Any] = {"phase": phase, "steps": len(picked),
+                               "dataflows": _mean([runs["alone"]["steps"][k]["running_dataflows"] for k in picked])}
+        for metric in metrics:
+            alone = _mean([runs["alone"]["steps"][k][metric] for k in picked])
+            reuse = _mean([runs["reuse"]["steps"][k][metric] for k in picked])
+            row[metric] = (alone, reuse, 100 * (1 - reuse / alone) if alone else 0.0)
+        rows.append(row)
+    return rows
+
+
+def phase_markdown(results: dict[str, Any]) -> str:
+    """:func:`phase_rows` as a table."""
+    rows = phase_rows(results)
+    columns = [("running_tasks", "tasks"), ("cores", "cores"), ("cores_step", "cores, whole step")]
+    columns = [(metric, label) for metric, label in columns if metric in rows[0]]
+    lines = ["| phase | steps | dataflows running | " + " | ".join(f"{label} alone | {label} reuse | cut"
+                                                                for _, label in columns) + " |",
+             "|---|---:|---:|" + "---:|---:|---:|" * len(columns)]
+    for row in rows:
+        cells = " | ".join(f"{_cell(row[metric][0])} | {_cell(row[metric][1])} | {row[metric][2]:.0f}%"
+                           for metric, _ in columns)
+        lines.append(f"| {row['phase']} | {row['steps']} | {row['dataflows']:.1f} | {cells} |")
+    return "\n".join(lines)
+
+
 def _cell(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
 
@@ -439,6 +506,7 @@ def markdown(results: dict[str, Any]) -> str:
         for row in summary(results):
             lines.append(f"| {row['metric']} | {_cell(row['peak_alone'])} | {_cell(row['peak_reuse'])} | {row['peak_cut']:.0f}% | "
                          f"{_cell(row['mean_alone'])} | {_cell(row['mean_reuse'])} | {row['mean_cut']:.0f}% |")
+        lines += ["", "Step means by phase of the trace:", "", phase_markdown(results)]
     else:
         lines += ["| mode | steps | peak tasks | mean tasks | peak queries | mean queries | mean cores |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
@@ -597,7 +665,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {"workload": args.workload, "apps": len(documents), "trace": args.trace, "seed": spec.seed,
                "walk_steps": spec.walk_steps, "rate": args.rate, "trigger_s": args.trigger,
                "keyed_workers": args.keyed_workers, "settle_s": args.settle, "measure_s": args.measure, "step_s": args.step,
-               "master": args.master, "defrag_every": args.defrag_every, "commit": _commit(), "runs": {}}
+               "master": args.master, "defrag_every": args.defrag_every, "initial": workload.initial,
+               "commit": _commit(), "runs": {}}
 
     def save(mode: str, run: dict[str, Any]) -> None:
         results["runs"][mode] = run

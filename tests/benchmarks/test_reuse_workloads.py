@@ -315,6 +315,26 @@ def test_real_report_of_fixed_steps_adds_the_whole_step_cores():
     assert "cores over the whole step" not in markdown(results)
 
 
+def test_real_report_of_a_walk_splits_the_step_means_by_phase():
+    """A walk's table also gives the means of its fill, walk and drain: the paper's walks are 100 steps, ours 20,
+    so its means are mostly the walk's; a defrag step counts in the phase of the change before it."""
+    from benchmarks.reuse_real import markdown, phase_rows
+
+    actions = ["add", "add", "remove", "add", "remove", "defrag", "remove"]
+    alone = [_real_step(k + 1, action, 10 * (k + 1), 1, 1.0 + k) for k, action in enumerate(actions)]
+    reuse = [_real_step(k + 1, action, 5 * (k + 1), 1, 0.5 + k) for k, action in enumerate(actions)]
+    results = _real_results({"alone": alone, "reuse": reuse}, trace="rw1")
+    results.update(initial=2, walk_steps=2)
+    rows = {row["phase"]: row for row in phase_rows(results)}
+    assert [(phase, row["steps"]) for phase, row in rows.items()] == [("fill", 2), ("walk", 2), ("drain", 3)]
+    assert rows["walk"]["running_tasks"] == pytest.approx((35.0, 17.5, 50.0))
+    assert rows["drain"]["cores"] == pytest.approx((6.0, 5.5, 100 * (1 - 5.5 / 6.0)))
+    text = markdown(results)
+    assert "| walk | 2 | 1.0 | 35.00 | 17.50 | 50% | 3.50 | 3.00 | 14% |" in text
+    results.update(trace="seq", apps=4)  # SEQ: every add fills, every removal drains
+    assert [(row["phase"], row["steps"]) for row in phase_rows(results)] == [("fill", 4), ("drain", 3)]
+
+
 def test_real_report_of_one_mode_and_its_defrag_steps():
     from benchmarks.reuse_real import defrag_markdown, markdown
 
