@@ -86,15 +86,36 @@ def jvm_pid(pids: dict[int, str]) -> int | None:
                  command.split()[0].endswith("java")), None)
 
 
+# jstat -gc columns read: young, full and concurrent collections and their pause seconds.
+GC_COLUMNS = {"YGC": "gc_young", "YGCT": "gc_young_s", "FGC": "gc_full", "FGCT": "gc_full_s", "CGC": "gc_concurrent",
+              "CGCT": "gc_concurrent_s"}
+
+
+def gc_counters(printed: str) -> dict[str, float]:
+    """The collections counted so far in ``jstat -gc``'s output, by its header's names.
+
+    >>> gc_counters("  EC    YGC  YGCT   FGC FGCT  CGC  CGCT   GCT\\n 1.0   60  0.472    0 0.000   40 0.260  0.733\\n")
+    {'gc_young': 60.0, 'gc_young_s': 0.472, 'gc_full': 0.0, 'gc_full_s': 0.0, 'gc_concurrent': 40.0, 'gc_concurrent_s': 0.26}
+    """
+    lines = printed.split("\n")
+    if len(lines) < 2:
+        return {}
+    row = dict(zip(lines[0].split(), lines[1].split()))
+    return {name: float(row[column]) for column, name in GC_COLUMNS.items() if column in row}
+
+
 def jvm_counters(pid: int | None) -> dict[str, float]:
-    """Classes loaded and unloaded, methods JIT-compiled and seconds spent compiling, so far (``jstat``)."""
+    """Classes loaded and unloaded, methods JIT-compiled and seconds spent compiling, collections, so far (``jstat``)."""
     if pid is None:
         return {}
 
-    def last_row(option: str) -> list[str]:
+    def printed(option: str) -> str:
         done = subprocess.run(["jstat", option, str(pid)], capture_output=True, text=True, timeout=30)
-        lines = done.stdout.split("\n")
-        return lines[1].split() if done.returncode == 0 and len(lines) > 1 else []
+        return done.stdout if done.returncode == 0 else ""
+
+    def last_row(option: str) -> list[str]:
+        lines = printed(option).split("\n")
+        return lines[1].split() if len(lines) > 1 else []
 
     classes, compiler = last_row("-class"), last_row("-compiler")
     result: dict[str, float] = {}
@@ -102,7 +123,18 @@ def jvm_counters(pid: int | None) -> dict[str, float]:
         result.update(classes_loaded=float(classes[0]), classes_unloaded=float(classes[2]))
     if len(compiler) >= 4:
         result.update(jit_compiled=float(compiler[0]), jit_seconds=float(compiler[3]))
+    result.update(gc_counters(printed("-gc")))
     return result
+
+
+def _spark_defaults() -> str | None:
+    """The spark-defaults.conf the service's Spark reads (``SPARK_CONF_DIR``), if there is one: a run's settings."""
+    from runtime.spark.session import defaults_file
+
+    try:
+        return defaults_file().read_text()
+    except OSError:
+        return None
 
 
 def steps_to(workload_name: str, trace: str, walk_steps: int, defrag_every: int, upto: int,
@@ -144,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     service = RealService(run_dir, sharing=args.mode == "reuse", redis_url=args.redis_url,
                           records=records_for(args.workload), settle_s=0, measure_s=0, trigger_s=args.trigger, keyed_workers=2)
     running: dict[int, str] = {}
-    result: dict[str, Any] = {"args": {key: str(value) for key, value in vars(args).items()}, "steps": steps}
+    result: dict[str, Any] = {"args": {key: str(value) for key, value in vars(args).items()}, "steps": steps,
+                              "spark_defaults": _spark_defaults()}
     try:
         began = time.monotonic()
         for number, (action, index) in enumerate(steps, 1):

@@ -17,7 +17,8 @@ from manager.validate import parse_dataflow
 
 
 @pytest.mark.parametrize("name", ["benchmarks.opmw", "benchmarks.riot", "benchmarks.traces", "benchmarks.reuse",
-                                  "benchmarks.reuse_real", "benchmarks.jfr_summary", "benchmarks.statement_shapes"])
+                                  "benchmarks.reuse_real", "benchmarks.reuse_replay", "benchmarks.jfr_summary",
+                                  "benchmarks.statement_shapes"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
