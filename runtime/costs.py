@@ -24,6 +24,7 @@ by the driver: ``kafka_bytes_per_s`` is then ``None``.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -64,12 +65,19 @@ class ProcessTreeCpu:
 
     - a process seen in the tree stays a member after it is reparented (kept by
       pid and start time, so a reused pid is not mistaken for it);
-    - when a member disappears and its parent at the last reading was not a
-      member (init reaped it), its last reading is kept. A member whose parent
-      is a member is counted in that parent's reaped-children time instead.
+    - when a member disappears, its last reading is kept, unless its parent
+      at the last reading is still a member and waits for its children: then
+      the kernel moved the member's time into that parent's reaped-children
+      time. A parent that ignores ``SIGCHLD`` does not wait: the kernel reaps
+      its children and their time goes nowhere. PySpark's worker daemons do
+      that, so every Python worker that exits would take all its CPU time
+      out of the total (and a parent that exits in the same reading as its
+      child may not have waited for it either).
 
     Time a process used between the last reading and its exit is still lost
-    when init reaps it, so read often (the benchmarks read every 5 s).
+    when nobody waits for it, so read often (the benchmarks read every 5 s).
+    A child that a parent waited for and that parent's exit, both between
+    two readings, count the child's last reading twice.
 
     >>> cpu = ProcessTreeCpu()
     >>> first = cpu()
@@ -89,12 +97,29 @@ class ProcessTreeCpu:
         with self._lock:
             surviving = {pid for pid, start in self._members if table.get(pid, (0, -1, 0))[1] == start}
             members = _descendants({pid: row[0] for pid, row in table.items()}, surviving | {self.root})
-            member_pids = {pid for pid, _ in self._members} | members
             for (pid, start), (parent, ticks) in self._members.items():
-                if pid not in surviving and parent not in member_pids:
-                    self._departed_ticks += ticks  # reaped outside the tree: its time is nowhere else
+                if pid in surviving:
+                    continue
+                if parent in members and not _ignores_children(self.proc, parent):
+                    continue  # its parent waited for it: its time is in the parent's reaped-children time
+                self._departed_ticks += ticks  # reaped by init or by the kernel: its time is nowhere else
             self._members = {(pid, table[pid][1]): (table[pid][0], table[pid][2]) for pid in members if pid in table}
             return (sum(ticks for _, ticks in self._members.values()) + self._departed_ticks) / CLOCK_TICKS
+
+
+SIGCHLD_BIT = 1 << (signal.SIGCHLD - 1)
+
+
+def _ignores_children(proc: Path, pid: int) -> bool:
+    """Whether ``pid`` ignores ``SIGCHLD`` (``SigIgn`` in ``/proc/<pid>/status``): its children are reaped by the
+    kernel, and their CPU time is not added to its reaped-children time."""
+    try:
+        for line in (proc / str(pid) / "status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & SIGCHLD_BIT)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def _proc_table(proc: Path) -> dict[int, tuple[int, int, int]]:

@@ -51,6 +51,20 @@ print("done", flush=True)
 sys.stdin.readline()
 """
 
+# The root ignores SIGCHLD, as PySpark's worker daemon does, and forks a child that burns CPU: the kernel reaps
+# the child, and its time is not added to the root's children's time.
+DAEMON = f"""
+import os, signal, sys
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+sys.stdin.readline()
+child = os.fork()
+if child == 0:
+    exec({BURN!r})
+    os._exit(0)
+print(child, flush=True)
+sys.stdin.readline()
+"""
+
 
 def _finished(pid: int) -> bool:
     path = Path(f"/proc/{pid}/stat")
@@ -99,3 +113,26 @@ def test_a_reaped_child_is_counted_once():
     finally:
         root.communicate(b"quit\n", timeout=30)
     assert BURN_S * 0.8 <= spent < BURN_S * 1.8
+
+
+def test_a_child_the_kernel_reaped_keeps_counting():
+    """PySpark's daemons ignore SIGCHLD, so a Python worker's time is nowhere once it exits: the meter keeps its
+    last reading. Before, every exited worker took all its CPU time out of the service's total."""
+    root = subprocess.Popen([sys.executable, "-c", DAEMON], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        meter = ProcessTreeCpu(root.pid)
+        before = meter()
+        root.stdin.write(b"go\n")
+        root.stdin.flush()
+        child = int(root.stdout.readline())
+        deadline = time.monotonic() + 60
+        readings = []
+        while not _finished(child):  # the child burns; the meter sees it in the tree
+            assert time.monotonic() < deadline, "the child did not finish"
+            readings.append(meter())
+            time.sleep(0.1)
+        spent = meter() - before
+    finally:
+        root.communicate(b"quit\n", timeout=30)
+    assert readings and readings[-1] - before > BURN_S * 0.5  # it was seen burning
+    assert BURN_S * 0.8 <= spent < BURN_S * 1.8  # and its time stays after the kernel reaped it
