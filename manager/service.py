@@ -216,10 +216,13 @@ class Manager:
         retried DELETE gets 404). A submit goes back: its client got no 201.
         """
         dataflow = pending.get("dataflow")
-        if pending.get("kind") == "replace" and pending.get("handed_over"):
+        if pending.get("kind") == "replace" and (pending.get("handed_over") or self._handed_over()):
             log.warning("re-placement %r was handed over before its commit; completing it", pending.get("reason"))
             self.store.complete_staged()
             self.state = self.store.load()
+        elif pending.get("kind") == "replace":
+            log.warning("re-placement %r was not handed over; undoing what of it the runtime did", pending.get("reason"))
+            self.store.drop_staged()
         elif pending.get("kind") == "unmerge" and dataflow in self.state.dataflows:
             log.warning("removal of %s was interrupted before its commit; completing it", dataflow)
             plan = merge.plan_unmerge(self.state, dataflow)
@@ -228,6 +231,11 @@ class Manager:
             self.state.version = version
         else:
             log.warning("change %r was interrupted before its commit; undoing its deployment", pending.get("reason"))
+
+    def _handed_over(self) -> bool:
+        """Whether the runtime runs the staged state of a re-placement: its hand-over completed, and the process
+        died before it could say so. Undoing it would start the moved work afresh from the topics' ends."""
+        return self.store.has_staged() and self.runtime.runs(self.store.staged().load().tasks)
 
     def _ensure_started(self) -> None:
         """Finish a start that failed (Redis or the runtime was down when the service came up)."""
@@ -444,19 +452,19 @@ class Manager:
             report = {**planned.report, "basis": _streams_basis(before, measured), "executed": True}
             if planned.change.empty:
                 return report
-            self.store.mark_pending({"kind": "replace", "reason": planned.change.reason,
-                                     "start": report["start"], "stop": report["stop"]})
+            pending = {"kind": "replace", "reason": planned.change.reason, "start": report["start"], "stop": report["stop"]}
+            self.store.stage(planned.after, {**pending, "handed_over": False})
             fail_point("manager.replace.pending")
             try:
                 report["hand_over"] = self.runtime.hand_over(planned.change, planned.seeds)
                 fail_point("manager.replace.deployed")
             except RuntimeFailure as failure:
-                self._forget_pending()
+                self._forget_staged()
                 raise DeployFailed(f"{planned.change.reason}: the runtime failed, nothing changed: {failure.message}",
                                    culprit={"dataflows": [row["dataflow"] for row in report["dataflows"]]}) from failure
             with self._mutex:
                 try:
-                    self.store.stage(planned.after, {"kind": "replace", "reason": planned.change.reason, "handed_over": True})
+                    self.store.mark_pending({**pending, "handed_over": True})
                     fail_point("manager.replace.staged")
                     version = self.store.commit_state(planned.after, before)
                 except (redis.RedisError, StaleState) as error:
@@ -529,6 +537,12 @@ class Manager:
             self.store.clear_pending()
         except redis.RedisError:
             log.warning("could not clear the pending marker; the next start clears it")
+
+    def _forget_staged(self) -> None:
+        try:
+            self.store.drop_staged()
+        except redis.RedisError:
+            log.warning("could not drop the staged state; the next start drops it")
 
     # -- reads -------------------------------------------------------------------
 

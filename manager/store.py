@@ -247,13 +247,16 @@ class Store:
     def stage(self, after: State, description: dict[str, Any]) -> None:
         """Keep ``after`` beside the state and mark the change pending with ``description``, in one transaction.
 
-        Re-placement stages the state after its hand-over: a manager that dies before the commit finds
-        it on restart and completes the change (:meth:`complete_staged`), since the runtime already runs it.
+        Re-placement stages the state after it before its hand-over: a manager that dies before the commit
+        finds it on restart and completes the change (:meth:`complete_staged`) if the runtime runs it.
         """
         with self.redis.pipeline(transaction=True) as pipe:
             self.staged()._write_everything(pipe, after)
             pipe.set(self.pending, json.dumps(description))
             pipe.execute()
+
+    def has_staged(self) -> bool:
+        return bool(self.redis.exists(self.staged().meta))
 
     def complete_staged(self) -> int:
         """Commit the staged state whatever the version (a restart finishing the change); returns the new version."""

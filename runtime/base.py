@@ -29,6 +29,11 @@ class Runtime(Protocol):
 
     def reconcile(self, tasks: Mapping[str, TaskSpec]) -> None: ...
 
+    def runs(self, tasks: Mapping[str, TaskSpec]) -> bool:
+        """Whether what this runtime keeps as running (in Redis, so a restarted manager can ask) is exactly
+        ``tasks``: after a crash, tells a change the runtime completed from one it did not."""
+        ...
+
     def restore(self, tasks: Mapping[str, TaskSpec]) -> None:
         """Redis lost what this runtime keeps there (restarted empty): write it back from what runs (``tasks``)."""
         ...

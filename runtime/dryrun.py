@@ -73,6 +73,9 @@ class DryRunRuntime:
     def restore(self, tasks: Mapping[str, TaskSpec]) -> None:
         self.reconcile(tasks)
 
+    def runs(self, tasks: Mapping[str, TaskSpec]) -> bool:
+        return self.deployed() == {task_id: task.fragment for task_id, task in tasks.items()}
+
     def deployed(self) -> dict[str, str]:
         """Task id -> fragment of everything recorded as running."""
         return {key.decode(): value.decode() for key, value in self._redis.hgetall(self._deployed).items()}

@@ -153,6 +153,13 @@ class SparkRuntime:
                     if path.is_dir() and path.name not in records:
                         shutil.rmtree(path, ignore_errors=True)
 
+    def runs(self, tasks: Mapping[str, TaskSpec]) -> bool:
+        """Whether the queries recorded in Redis host exactly the fragments of ``tasks``. A converge records
+        the new queries before it starts them and drops the old ones' records once they stopped, so in the
+        middle of one both are recorded and neither state is run."""
+        hosted = {fragment for record in self._load_records().values() for fragment in record["fragments"]}
+        return hosted == {task.fragment for task in tasks.values()}
+
     def restore(self, tasks: Mapping[str, TaskSpec]) -> None:
         """Write every query's record (its start offsets, fragments) and the query counter back to Redis.
 

@@ -371,6 +371,7 @@ def test_a_replacement_the_runtime_cannot_carry_out_changes_nothing(redis_client
     assert made.snapshot().version == version and made.state.tasks == before.tasks
     assert made.state.dataflows[second.id].tasks == second.tasks
     assert made.store.read_pending() is None, "the pending marker is cleared: a restart has nothing to undo"
+    assert not redis_client.keys(f"{state_prefix}:staged:*"), "nor a staged state to complete"
 
 
 def test_a_replacement_setting_re_places_on_its_own_when_a_link_runs_hot(redis_client, state_prefix):
@@ -423,19 +424,26 @@ class Died(BaseException):
     """The process died here (a fail point's kill, without killing the test)."""
 
 
+def die_at(point: str):
+    def fail_point(name):
+        if name == point:
+            raise Died(name)
+    return fail_point
+
+
+@pytest.mark.parametrize("point", ["manager.replace.deployed", "manager.replace.staged"])
 def test_a_manager_dead_after_the_hand_over_completes_the_replacement_on_restart(redis_client, state_prefix,
-                                                                               monkeypatch):
+                                                                               monkeypatch, point):
+    """Dead right after the runtime handed the work over (``deployed``: before the pending marker says so) or
+    once it says so (``staged``): the runtime runs the state after it, which the restart commits. Undone, the
+    moved work would start again from the topics' ends and lose what arrived meanwhile."""
     made, runtime, first, second, first_document = planned_unsharing(redis_client, state_prefix)
     planned = made.replacement(0.95)
-
-    def die_when_staged(name):
-        if name == "manager.replace.staged":
-            raise Died(name)
-
-    monkeypatch.setattr("manager.service.fail_point", die_when_staged)
+    monkeypatch.setattr("manager.service.fail_point", die_at(point))
     with pytest.raises(Died):
         made.replace(0.95)
-    assert made.store.read_pending()["handed_over"] is True and made.store.version() == made.state.version
+    assert made.store.read_pending()["handed_over"] is (point == "manager.replace.staged")
+    assert made.store.version() == made.state.version
     assert redis_client.keys(f"{state_prefix}:staged:*"), "the state after the hand-over waits beside the state"
     monkeypatch.undo()
     restarted = Manager(redis_client, state_prefix, runtime)
@@ -444,6 +452,22 @@ def test_a_manager_dead_after_the_hand_over_completes_the_replacement_on_restart
     assert restarted.state.dataflows[second.id].tasks["hot"] == copy_at_h2
     check_wan_state(restarted.state, {first.id: first_document, second.id: hot("b", "H2", "two")})
     assert runtime.deployed() == {task_id: spec.fragment for task_id, spec in restarted.state.tasks.items()}
+    assert restarted.store.read_pending() is None and not redis_client.keys(f"{state_prefix}:staged:*")
+
+
+def test_a_manager_dead_before_the_hand_over_undoes_the_replacement_on_restart(redis_client, state_prefix,
+                                                                             monkeypatch):
+    made, runtime, first, second, _ = planned_unsharing(redis_client, state_prefix)
+    before = copy.deepcopy(made.state)
+    monkeypatch.setattr("manager.service.fail_point", die_at("manager.replace.pending"))
+    with pytest.raises(Died):
+        made.replace(0.95)
+    assert made.store.read_pending()["handed_over"] is False and redis_client.keys(f"{state_prefix}:staged:*")
+    monkeypatch.undo()
+    restarted = Manager(redis_client, state_prefix, runtime)
+    restarted.start()
+    assert restarted.state.tasks == before.tasks and restarted.state.dataflows[second.id].tasks == second.tasks
+    assert runtime.deployed() == {task_id: spec.fragment for task_id, spec in before.tasks.items()}
     assert restarted.store.read_pending() is None and not redis_client.keys(f"{state_prefix}:staged:*")
 
 

@@ -19,6 +19,7 @@ from runtime.spark.fragment import FragmentQuery
 from tests.fixtures.dataflows import source, stream, task
 from tests.fixtures.kafka_io import copies_are_identical, produce, read_all, values, wait_for, without_replays
 from tests.fixtures.streams import URBAN, multiset, urban_records
+from tests.manager.test_wan_sharing import Died, die_at
 from tests.runtime.test_keyed import window_reference
 from tests.runtime.test_sharing import raise_dead_queries, wait_sink
 
@@ -145,6 +146,42 @@ def test_a_degraded_link_moves_a_dataflow_off_it_without_loss_or_repeats(manager
     produce(kafka_bootstrap, urban, four)
     wait_windows(restarted, kafka_bootstrap, at_h2, one + two + three + four, restarted=True)
     wait_exact(restarted, kafka_bootstrap, at_h3, [r for r in one + two + three + four if r["temp"] > 30], restarted=True)
+
+
+def test_a_manager_killed_right_after_the_hand_over_completes_it_on_restart_without_loss(
+        manager_factory, kafka_bootstrap, topic_factory, monkeypatch):
+    """Killed between the hand-over and the pending marker saying so: the runtime's records host the staged
+    state, so the restart commits it and the moved work resumes from its new queries' checkpoints, window
+    state and all; what arrived while the manager was down reaches both sinks."""
+    manager = manager_factory(trigger_s=0.5)
+    manager.runtime.meter.every_s = 1e9
+    urban = topic_factory("urban")
+    at_h3, at_h2 = f"{urban}-h3", f"{urban}-h2"
+    manager.set_wan(wan(urban, p_to_h2=50))
+    first = manager.submit(hot_readings(urban, at_h3))
+    second = manager.submit(hot_counts(urban, at_h2))
+    one, two = urban_records(0, 300), urban_records(300, 300)
+    produce(kafka_bootstrap, urban, one)
+    wait_windows(manager, kafka_bootstrap, at_h2, one)
+
+    manager.set_wan(wan(urban, p_to_h2=5))
+    planned = manager.replacement(0.95)
+    moved_filter = planned["dataflows"][0]["moves"][0]["to"]["running_task"]
+    monkeypatch.setattr("manager.service.fail_point", die_at("manager.replace.deployed"))
+    with pytest.raises(Died):
+        manager.replace(0.95)
+    monkeypatch.undo()
+    assert manager.store.read_pending()["handed_over"] is False, "killed before the marker says handed over"
+    manager.close()
+    produce(kafka_bootstrap, urban, two)  # while no manager runs
+
+    restarted = manager_factory(trigger_s=0.5)
+    assert restarted.state.dataflows[second.id].tasks["hot"] == moved_filter
+    assert restarted.state.tasks[moved_filter].site == "H2"
+    assert restarted.state.dataflows[first.id].tasks == first.tasks
+    assert set(restarted.runtime.tasks) == set(restarted.state.tasks)
+    wait_windows(restarted, kafka_bootstrap, at_h2, one + two, restarted=True)
+    wait_exact(restarted, kafka_bootstrap, at_h3, [r for r in one + two if r["temp"] > 30], restarted=True)
 
 
 def counts_at(topic: str, sink: str, home: str, name: str) -> dict:
