@@ -26,7 +26,9 @@ import json
 from runtime.spark.session import spark_session
 spark = spark_session("local[1]")
 keys = ["spark.sql.shuffle.partitions", "spark.sql.session.timeZone", "spark.sana.marker"]
-print(json.dumps({key: spark.conf.get(key, None) for key in keys}))
+values = {key: spark.conf.get(key, None) for key in keys}
+values["heap"] = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
+print(json.dumps(values))
 spark.stop()
 """
 
@@ -38,6 +40,7 @@ def test_operator_properties_win_over_sana_defaults(tmp_path):
     done = subprocess.run([sys.executable, "-c", READ_BACK], env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     values = json.loads(done.stdout.strip().splitlines()[-1])
+    assert values.pop("heap") > 1.5 * 2**30, "Sana's 2g driver heap, not Spark's 1g (the JVM's max is a little less)"
     assert values == {
         "spark.sql.shuffle.partitions": "3",  # the operator's, not Sana's "2"
         "spark.sql.session.timeZone": "UTC",  # Sana's default where the operator set nothing
