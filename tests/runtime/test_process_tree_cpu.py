@@ -11,6 +11,8 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from runtime.costs import ProcessTreeCpu, process_tree_cpu_s
@@ -74,23 +76,41 @@ def _finished(pid: int) -> bool:
         return True
 
 
-def test_an_orphaned_descendant_keeps_counting_after_it_leaves_the_tree():
-    root = subprocess.Popen([sys.executable, "-c", ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+@contextmanager
+def _root(script: str) -> Iterator[subprocess.Popen]:
+    """A root process running ``script`` (its own tree to read), told to quit and waited for at the end."""
+    root = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        yield root
+    finally:
+        root.communicate(b"quit\n", timeout=30)
+
+
+def _go(root: subprocess.Popen) -> None:
+    root.stdin.write(b"go\n")
+    root.stdin.flush()
+
+
+def _read_until_finished(pid: int, meter: ProcessTreeCpu) -> list[float]:
+    """Read ``meter`` every 0.1 s while ``pid`` burns (so it sees the process in the tree); the readings."""
+    deadline = time.monotonic() + 60
+    readings = []
+    while not _finished(pid):
+        assert time.monotonic() < deadline, f"process {pid} did not finish"
+        readings.append(meter())
+        time.sleep(0.1)
+    return readings
+
+
+def test_an_orphaned_descendant_keeps_counting_after_it_leaves_the_tree():
+    with _root(ROOT) as root:
         meter = ProcessTreeCpu(root.pid)
         grandchild = int(root.stdout.readline())
         before, stateless_before = meter(), process_tree_cpu_s(root.pid)
-        root.stdin.write(b"go\n")
-        root.stdin.flush()
+        _go(root)
         assert root.stdout.readline().strip() == b"done"  # the child exited; the grandchild burns on, orphaned
-        deadline = time.monotonic() + 60
-        while not _finished(grandchild):
-            assert time.monotonic() < deadline, "the grandchild did not finish"
-            meter()
-            time.sleep(0.1)
+        _read_until_finished(grandchild, meter)
         after, stateless_after = meter(), process_tree_cpu_s(root.pid)
-    finally:
-        root.communicate(b"quit\n", timeout=30)
     # The grandchild's time is counted once: it was never reaped by a process of this tree.
     assert BURN_S * 0.8 <= after - before < BURN_S * 2
     # What the stateless reading sees: the orphan left the tree with its time.
@@ -98,41 +118,27 @@ def test_an_orphaned_descendant_keeps_counting_after_it_leaves_the_tree():
 
 
 def test_a_reaped_child_is_counted_once():
-    root = subprocess.Popen([sys.executable, "-c", REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
+    with _root(REAPER) as root:
         meter = ProcessTreeCpu(root.pid)
         before = meter()
-        root.stdin.write(b"go\n")
-        root.stdin.flush()
+        _go(root)
         deadline = time.monotonic() + 60
         while not select.select([root.stdout], [], [], 0.1)[0]:  # the child burns; the meter sees it in the tree
             assert time.monotonic() < deadline, "the child did not finish"
             meter()
         assert root.stdout.readline().strip() == b"done"
         spent = meter() - before
-    finally:
-        root.communicate(b"quit\n", timeout=30)
     assert BURN_S * 0.8 <= spent < BURN_S * 1.8
 
 
 def test_a_child_the_kernel_reaped_keeps_counting():
     """PySpark's daemons ignore SIGCHLD, so a Python worker's time is nowhere once it exits: the meter keeps its
     last reading. Before, every exited worker took all its CPU time out of the service's total."""
-    root = subprocess.Popen([sys.executable, "-c", DAEMON], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
+    with _root(DAEMON) as root:
         meter = ProcessTreeCpu(root.pid)
         before = meter()
-        root.stdin.write(b"go\n")
-        root.stdin.flush()
-        child = int(root.stdout.readline())
-        deadline = time.monotonic() + 60
-        readings = []
-        while not _finished(child):  # the child burns; the meter sees it in the tree
-            assert time.monotonic() < deadline, "the child did not finish"
-            readings.append(meter())
-            time.sleep(0.1)
+        _go(root)
+        readings = _read_until_finished(int(root.stdout.readline()), meter)
         spent = meter() - before
-    finally:
-        root.communicate(b"quit\n", timeout=30)
     assert readings and readings[-1] - before > BURN_S * 0.5  # it was seen burning
     assert BURN_S * 0.8 <= spent < BURN_S * 1.8  # and its time stays after the kernel reaped it
