@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 from statistics import median
+
+from benchmarks.rounds import run_in_rounds
 
 SHAPES = ("union", "coalesced", "per-output", "recomputed", "interpreted")
 SCHEMA = "msgid STRING, station STRING, value DOUBLE, ts TIMESTAMP"
@@ -138,17 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_child(args.child, args.rows, args.branches, args.partitions, args.warmup, args.batches)))
         return 0
     shapes = args.shapes.split(",")
-    runs: dict[str, list[dict[str, float]]] = {shape: [] for shape in shapes}
-    for number in range(args.rounds):
-        for shape in shapes:
-            command = [sys.executable, "-m", "benchmarks.statement_shapes", "--child", shape, "--rows", str(args.rows),
-                       "--branches", str(args.branches), "--partitions", str(args.partitions),
-                       "--warmup", str(args.warmup), "--batches", str(args.batches)]
-            done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
-            if done.returncode != 0:
-                raise SystemExit(f"shape {shape} failed:\n{done.stderr[-3000:]}")
-            runs[shape].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"round {number + 1}/{args.rounds} {shape}: {runs[shape][-1]}", file=sys.stderr, flush=True)
+    runs = run_in_rounds("benchmarks.statement_shapes", shapes, args.rounds,
+                         ["--rows", str(args.rows), "--branches", str(args.branches), "--partitions", str(args.partitions),
+                          "--warmup", str(args.warmup), "--batches", str(args.batches)])
     table = {shape: {"jvm_cpu_ms": median(run["jvm_cpu_ms"] for run in results),
                      "runs_jvm_cpu_ms": [run["jvm_cpu_ms"] for run in results],
                      "rows_out": results[-1]["rows_out"]} for shape, results in runs.items()}

