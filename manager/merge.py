@@ -229,16 +229,16 @@ def _check_topic_free(state: State, submitted_id: str, sink: TaskSpec, owner: st
     for writer in writers:
         if any_writer and state.tasks[writer].signature == sink.signature:
             raise SinkTopicTaken(
-                f"sink {submitted_id!r} writes topic {topic!r}, which running sink {writer!r} already writes from "
-                f"another instance of the same computation; a second writer would duplicate its records",
+                f"sink {submitted_id!r} writes topic {topic!r}, which another running instance of the same computation "
+                f"already writes; a second writer would duplicate its records",
                 culprit={"task": submitted_id, "field": "config.topic"},
             )
     users = sorted({flow for writer in writers for flow in state.users.get(writer, ())})
     others = sorted({str(state.dataflows[flow].owner) for flow in users if state.dataflows[flow].owner != owner})
     if others:
-        raise SinkTopicTaken(
-            f"sink {submitted_id!r} writes topic {topic!r}, which dataflows {', '.join(users)} of owner(s) "
-            f"{', '.join(others)} already write; a topic takes the writers of one owner",
+        raise SinkTopicTaken(  # naming neither the other owner nor their dataflows (an admin finds them in /running)
+            f"sink {submitted_id!r} writes topic {topic!r}, which a running dataflow of another owner already writes; "
+            "a topic takes the writers of one owner",
             culprit={"task": submitted_id, "field": "config.topic"},
         )
 

@@ -28,6 +28,7 @@ from manager.merge import apply_merge, apply_unmerge, plan_merge, plan_unmerge
 from manager.state import State, parents_first
 from manager.traffic import link_loads_in_use
 from manager.validate import parse_dataflow
+from runtime.operators.limits import OperatorLimits
 from runtime.plan import Change
 from sana.errors import SanaError
 from wan_sim.monitor import WanMonitor
@@ -120,7 +121,9 @@ def _replan(state: State, order: list[str], links: Mapping[str, list[str]], meas
         entry: dict[str, Any] = {"dataflow": dataflow_id, "name": flow.name, "links": links[dataflow_id]}
         before = {task: (running, state.tasks[running].site) for task, running in flow.tasks.items()}
         try:
-            parsed = dataclasses.replace(parse_dataflow(flow.document), owner=flow.owner)
+            # accepted at its submit: the limits then held, whatever they are now
+            parsed = dataclasses.replace(parse_dataflow(flow.document, limits=OperatorLimits.loosest()),
+                                         owner=flow.owner)
             plan = plan_merge(work, parsed, flow.submitted_at, sharing=sharing, measured=measured,
                               dataflow_id=dataflow_id)
         except SanaError as error:

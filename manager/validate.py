@@ -21,14 +21,18 @@ from manager.signature import signatures
 from runtime.exceptions import OperatorConfigInvalid, OperatorUnknown
 from runtime.operators import OperatorSpec, get_operator
 from runtime.operators.keyed import tidy_runtime_keys, without_runtime_keys
+from runtime.operators.limits import OperatorLimitExceeded, OperatorLimits
+from runtime.operators.names import check_output
 from runtime.operators.types import Schema
 
 
-def parse_dataflow(body: bytes | str | dict[str, Any]) -> Dataflow:
+def parse_dataflow(body: bytes | str | dict[str, Any], limits: OperatorLimits | None = None) -> Dataflow:
     """Decode, check and canonicalize a dataflow document.
 
     Raises a :class:`~manager.exceptions.DataflowInvalid` subclass; nothing is
-    changed anywhere (this function is pure).
+    changed anywhere (this function is pure). ``limits`` bounds what a task's
+    config may multiply (records, state, Spark tasks; runtime/operators/limits.py);
+    without it, the settings' defaults (the API passes the service's settings).
 
     >>> flow = parse_dataflow({"name": "n", "tasks": [
     ...     {"id": "s", "type": "source", "config": {"topic": "t", "schema": {"x": "int"}}},
@@ -51,12 +55,18 @@ def parse_dataflow(body: bytes | str | dict[str, Any]) -> Dataflow:
             specs[task.id] = get_operator(task.type)
         except OperatorUnknown as unknown:
             raise errors.OperatorTypeUnknown(f"task {task.id!r}: {unknown.message}", culprit={"task": task.id, "field": "type"}) from None
-    parents, children = _check_ports(streams, tasks, specs)
+    limits = limits or OperatorLimits()
+    parents, children = _check_ports(streams, tasks, specs, limits)
     order = _topological_order(list(tasks), parents, children)
     _check_reaches_sink(list(tasks), specs, parents)
     configs = {task.id: _config(task.id, specs[task.id], task.config) for task in document.tasks}
-    schemas = _propagate(order, specs, configs, parents)
+    for task_id, config in configs.items():
+        try:
+            config.check_limits(limits)
+        except OperatorConfigInvalid as invalid:
+            raise _rejected(task_id, specs[task_id], invalid) from None
     canonical = {task_id: config.model_dump(mode="json", by_alias=True) for task_id, config in configs.items()}
+    schemas = _propagate(order, specs, configs, parents, canonical, limits)
     canonical = {task_id: tidy_runtime_keys(config) if specs[task_id].keyed else config for task_id, config in canonical.items()}
     task_values = {
         task.id: Task(id=task.id, type=task.type, config=canonical[task.id], site=task.site) for task in document.tasks
@@ -170,7 +180,7 @@ def _streams(document: DataflowDocument, tasks: dict[str, Any]) -> list[Stream]:
 
 
 def _check_ports(
-    streams: list[Stream], tasks: dict[str, Any], specs: dict[str, OperatorSpec]
+    streams: list[Stream], tasks: dict[str, Any], specs: dict[str, OperatorSpec], limits: OperatorLimits
 ) -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[str]]]:
     parents: dict[str, list[tuple[str, str]]] = defaultdict(list)
     children: dict[str, list[str]] = defaultdict(list)
@@ -204,6 +214,12 @@ def _check_ports(
                 raise errors.PortInvalid(
                     f"task {task_id!r} ({spec.type}) needs {expected} stream(s) on port {port.name!r}, got {count}",
                     culprit={"task": task_id, "field": "port"},
+                )
+            if port.many and count > limits.max_union_inputs:  # every input's records pass through it
+                raise errors.PortInvalid(
+                    f"task {task_id!r} ({spec.type}) takes {count} streams on port {port.name!r}; at most "
+                    f"{limits.max_union_inputs} (SANA_MAX_UNION_INPUTS)",
+                    culprit={"task": task_id, "field": "port", "limit": "SANA_MAX_UNION_INPUTS"},
                 )
     return parents, children
 
@@ -283,7 +299,8 @@ def _config(task_id: str, spec: OperatorSpec, config: dict[str, Any]):
         ) from None
 
 
-def _propagate(order, specs, configs, parents) -> dict[str, Schema]:
+def _propagate(order, specs, configs, parents, canonical, limits: OperatorLimits) -> dict[str, Schema]:
+    """Every task's output schema, each checked for names and width (runtime/operators/names.py)."""
     schemas: dict[str, Schema] = {}
     for task_id in order:
         spec = specs[task_id]
@@ -292,13 +309,21 @@ def _propagate(order, specs, configs, parents) -> dict[str, Schema]:
             arriving[port].append(schemas[parent])
         try:
             schemas[task_id] = spec.output_schema(configs[task_id], arriving)
+            check_output(schemas[task_id], [schema for port in arriving.values() for schema in port],
+                         canonical[task_id], limits)
         except OperatorConfigInvalid as invalid:
-            field_path = invalid.culprit["field"]
-            raise errors.OperatorConfigRejected(
-                f"task {task_id!r} ({spec.type}) {field_path}: {invalid.message}",
-                culprit={"task": task_id, "field": field_path},
-            ) from None
+            raise _rejected(task_id, spec, invalid) from None
     return schemas
+
+
+def _rejected(task_id: str, spec: OperatorSpec, invalid: OperatorConfigInvalid) -> errors.OperatorConfigRejected:
+    """``invalid`` (raised by an operator, which knows no task id) as the rejection naming the task."""
+    field_path = invalid.culprit["field"]
+    culprit = {"task": task_id, "field": field_path}
+    if isinstance(invalid, OperatorLimitExceeded):
+        culprit["limit"] = invalid.limit
+    return errors.OperatorConfigRejected(f"task {task_id!r} ({spec.type}) {field_path}: {invalid.message}",
+                                         culprit=culprit)
 
 
 def _check_sink_topics(tasks: dict[str, Task], sigs: dict[str, str]) -> None:

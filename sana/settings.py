@@ -44,6 +44,12 @@ class Settings(BaseSettings):
         1.0, ge=0.1, le=600.0,
         description="Micro-batch trigger interval of every fragment query, seconds (each idle query costs CPU per trigger).",
     )
+    ansi_sql: bool = Field(
+        False,
+        description="Evaluate expressions in Spark's ANSI mode: a bad cast, a division by zero, an index out of range "
+        "or an overflow fails the task, whose dataflow is then quarantined with the error shown; off (the default), "
+        "they give null as in non-ANSI Spark.",
+    )
     dry_run: bool = Field(
         False, description="Plan and record deployments without starting Spark or Kafka."
     )
@@ -64,9 +70,56 @@ class Settings(BaseSettings):
         2_000, ge=1, le=1_000_000,
         description="Most Spark queries the whole service may need (503 over it), counted as running fragments: "
         "each needs one query at most (hosting runs several in one).")
+    # What one task's config may multiply (records, state, Spark tasks); over it, the submit gets 422
+    # OPERATOR_CONFIG_INVALID naming the task, the field and the variable (runtime/operators/limits.py).
+    # 315,360,000 s is the 3650 days every duration is held to anyway (runtime/operators/fields.py).
+    max_window_s: int = Field(
+        604_800, ge=1, le=315_360_000,
+        description="Longest window of a window_aggregate or a join, seconds (default 7 days): state is kept that long.")
+    max_watermark_s: int = Field(
+        86_400, ge=1, le=315_360_000,
+        description="Longest watermark a window_aggregate or a join may give, seconds (default 1 day): "
+        "windows stay open and state is kept that much longer.")
+    max_windows_per_record: int = Field(
+        100, ge=1, le=100_000,
+        description="Most windows a sliding window_aggregate may put each record in, ceil(window / slide): "
+        "each record is repeated that many times.")
+    max_keyed_workers: int = Field(
+        16, ge=1, le=64,
+        description="Most logical workers a keyed task's `workers` may ask; each is a Spark task in every micro-batch.")
+    max_reshape_helpers: int = Field(
+        7, ge=1, le=63,
+        description="Most helpers a keyed task's `reshape.max_helpers` may ask; a join copies the other side's "
+        "records of a split worker to each.")
+    min_reshape_eta: float = Field(
+        1.1, gt=1.0, le=64.0,
+        description="Lowest skew threshold a keyed task's `reshape.eta` may ask (nearer 1, Reshape splits and moves "
+        "state on ordinary imbalance).")
+    min_reshape_tau: float = Field(
+        0.05, gt=0.0, le=64.0,
+        description="Lowest load gap a keyed task's `reshape.tau_min` or `reshape.tau_max` may ask (smaller, Reshape "
+        "starts a new iteration on noise).")
+    max_columns: int = Field(
+        256, ge=1, le=10_000,
+        description="Most columns the output of one task may have (a source's schema, a select, a join's output...).")
+    max_union_inputs: int = Field(
+        16, ge=2, le=10_000, description="Most streams one union may take.")
     tokens_file: Path | None = Field(
         None, description="JSON file of principals and their tokens' SHA-256 (sana/auth.py, `sana token new`); "
         "without it the service runs in single-user mode and `sana up` listens on loopback only.")
+    # Each principal's request budget (api/ratelimit.py): token buckets refilling at *_PER_S, holding *_BURST;
+    # over it, 429 RATE_LIMITED with Retry-After. 0 per second: no limit of that kind.
+    rate_limit_writes_per_s: float = Field(
+        5.0, ge=0.0, le=1_000_000.0,
+        description="State-changing requests (POST, PUT, PATCH, DELETE) a principal may make per second, sustained (0: no limit).")
+    rate_limit_write_burst: int = Field(
+        30, ge=1, le=1_000_000, description="State-changing requests a principal may make at once before the rate applies.")
+    rate_limit_reads_per_s: float = Field(
+        20.0, ge=0.0, le=1_000_000.0, description="Reads (GET and the rest) a principal may make per second, sustained (0: no limit).")
+    rate_limit_read_burst: int = Field(
+        100, ge=1, le=1_000_000, description="Reads a principal may make at once before the rate applies.")
+    rate_limit_admins: bool = Field(
+        False, description="Limit admins too; by default they are not (single-user mode's caller is the admin `local`).")
     wan_config: Path | None = Field(
         None,
         description="WAN configuration file (docs/wan.md), applied at start when it differs from the stored one.",

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from runtime.exceptions import OperatorConfigInvalid, OperatorRegistryError, OperatorUnknown
+from runtime.operators.limits import OperatorLimits
 from runtime.operators.sql import SqlProblem
 from runtime.operators.types import Schema
 
@@ -23,6 +24,13 @@ class OperatorConfig(BaseModel):
     """Base of every operator config model: frozen, unknown keys rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def check_limits(self, limits: OperatorLimits) -> None:
+        """Raise :class:`~runtime.operators.limits.OperatorLimitExceeded` naming the field over ``limits``.
+
+        Called at submit only (the runtime runs what was accepted, whatever the limits are by then); an
+        operator whose config multiplies records, state or Spark tasks overrides it.
+        """
 
 
 @dataclass(frozen=True)

@@ -36,18 +36,48 @@ def _topic(value: str) -> str:
     return value
 
 
+# The longest duration any config may give, whatever the settings allow: the keyed workers compute in
+# microseconds in int64 (numpy, Arrow, pandas' Timedelta tops out at 106,751 days), adding a window or a
+# watermark to event times up to year 9999 (2.5e17 us); 3650 days (3.2e17 us) keeps every sum far from 2**63.
+MAX_DURATION_MS = 3650 * 86_400_000
+_MAX_DIGITS = 20  # more digits cannot be under MAX_DURATION_MS; checked before int() (Python refuses 4,300+ digits)
+
+
 def duration_ms(value: str) -> int:
     """Milliseconds in a duration such as ``"10 seconds"`` or ``"1 minute"``.
 
+    Raises ``ValueError`` naming the value when it is not a positive duration
+    or is longer than :data:`MAX_DURATION_MS` (3650 days).
+
     >>> duration_ms("1 minute"), duration_ms("250 ms")
     (60000, 250)
+    >>> duration_ms("9000000000000000 days")
+    Traceback (most recent call last):
+    ...
+    ValueError: '9000000000000000 days' is longer than 3650 days, the longest duration a config may give
     """
     match = _DURATION.fullmatch(value.lower())
-    if not match or match[2] not in _UNIT_MS or int(match[1]) <= 0:
+    if not match or match[2] not in _UNIT_MS or not match[1].strip("0"):
         raise ValueError(
             f"{value!r} is not a duration like '10 seconds' (units: milliseconds, seconds, minutes, hours, days)"
         )
-    return int(match[1]) * _UNIT_MS[match[2]]
+    digits = match[1].lstrip("0")
+    if len(digits) > _MAX_DIGITS or int(digits) * _UNIT_MS[match[2]] > MAX_DURATION_MS:
+        raise ValueError(f"{value!r} is longer than {describe_ms(MAX_DURATION_MS)}, the longest duration a config may give")
+    return int(digits) * _UNIT_MS[match[2]]
+
+
+def describe_ms(millis: int) -> str:
+    """A duration in its largest whole unit, as a message shows it.
+
+    >>> describe_ms(86_400_000), describe_ms(7_200_000), describe_ms(1), describe_ms(1500)
+    ('1 day', '2 hours', '1 millisecond', '1500 milliseconds')
+    """
+    for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("second", 1000), ("millisecond", 1)):
+        if millis % size == 0:
+            count = millis // size
+            return f"{count} {unit}" + ("" if count == 1 else "s")
+    raise ValueError(f"{millis!r} is not a whole number of milliseconds")
 
 
 def _canonical_duration(value: str) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pydantic import field_validator
 
 from runtime.operators.base import OperatorSpec, Port, field_problem, register
-from runtime.operators.fields import Duration, Identifier
+from runtime.operators.fields import Duration, Identifier, duration_ms
 from runtime.operators.keyed import KeyedOptions
+from runtime.operators.limits import OperatorLimits, check_watermark, check_window
 from runtime.operators.types import Schema
 
 RIGHT_PREFIX = "right_"
@@ -43,6 +44,14 @@ class JoinConfig(KeyedOptions):
             raise ValueError(f"'on' repeats a column: {value}")
         return value
 
+    def check_limits(self, limits: OperatorLimits) -> None:
+        """The time bound (state is kept for it) and the watermark."""
+        super().check_limits(limits)
+        if self.window is not None:
+            check_window("window", duration_ms(self.window), limits)
+        if self.watermark is not None:
+            check_watermark("watermark", duration_ms(self.watermark), limits)
+
 
 def join_time_column(config: JoinConfig, left: Schema, right: Schema) -> str | None:
     """The event-time column the window bound applies to (None without a window)."""
@@ -73,17 +82,36 @@ def _join_schema(config: JoinConfig, inputs) -> Schema:
             raise field_problem(f"on.{index}", f"join column {column!r} is {left[column]} on the left but {right[column]} on the right")
     if config.watermark is not None and config.window is None:
         raise field_problem("watermark", "watermark applies to a windowed join; set window too")
-    join_time_column(config, left, right)
+    time_column = join_time_column(config, left, right)
+    if config.window is not None and time_column in config.on:
+        raise field_problem("time_column", f"time column {time_column!r} is also a join column ('on'): the window "
+                                           "bounds the gap between the two sides' times, so they must be two columns")
     output: Schema = {column: left[column] for column in config.on}
     output.update({name: kind for name, kind in left.items() if name not in output})
+    named_by: dict[str, str] = {}  # output name -> the right column it holds
     for name, kind in right.items():
         if name in config.on:
             continue
-        out_name = name if name not in output else RIGHT_PREFIX + name
-        if out_name in output:
+        out_name = right_output_name(name, left)
+        if out_name in left:
             raise field_problem("on", f"right column {name!r} would be renamed {out_name!r}, which the left already has")
+        if out_name in named_by:
+            raise field_problem("on", f"right columns {named_by[out_name]!r} and {name!r} would both be named "
+                                      f"{out_name!r} (a right column the left also has is renamed {RIGHT_PREFIX}<name>)")
+        named_by[out_name] = name
         output[out_name] = kind
     return output
+
+
+def right_output_name(name: str, left: Schema) -> str:
+    """The output name of a right column that is not a join column: ``right_<name>`` if the left has ``name``.
+
+    The runtime names it the same way (:class:`runtime.spark.join.StreamJoin`).
+
+    >>> right_output_name("temp", {"k": "int", "temp": "double"}), right_output_name("hum", {"temp": "double"})
+    ('right_temp', 'hum')
+    """
+    return RIGHT_PREFIX + name if name in left else name
 
 
 JOIN = register(

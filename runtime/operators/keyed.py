@@ -3,7 +3,9 @@
 They tune how a task runs, not what it computes: two tasks that differ only in
 them have the same signature and are shared (the running task keeps the knobs
 of the dataflow that started it). Every field left out falls back to the
-service's settings (``SANA_KEYED_WORKERS``, ``SANA_RESHAPE_*``).
+service's settings (``SANA_KEYED_WORKERS``, ``SANA_RESHAPE_*``); what a task may
+ask is bounded at submit (``SANA_MAX_KEYED_WORKERS``, ``SANA_MAX_RESHAPE_HELPERS``,
+``SANA_MIN_RESHAPE_ETA``, ``SANA_MIN_RESHAPE_TAU``; runtime/operators/limits.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from runtime.operators.base import OperatorConfig
+from runtime.operators.limits import OperatorLimits, check_count, check_floor
 
 MAX_WORKERS = 64  # one bucket per worker at least (runtime.spark.keyed.BUCKETS)
 RUNTIME_KEYS = ("workers", "reshape")  # config keys left out of a task's signature
@@ -46,6 +49,23 @@ class KeyedOptions(OperatorConfig):
 
     workers: int | None = Field(None, ge=1, le=MAX_WORKERS, description="logical workers of the keyed shuffle")
     reshape: ReshapeOptions | None = None
+
+    def check_limits(self, limits: OperatorLimits) -> None:
+        """Every worker is a Spark task per batch; every helper of a join gets a copy of the other side's records;
+        a low eta or tau makes Reshape split and move state on ordinary imbalance or noise."""
+        if self.workers is not None:
+            check_count("workers", "workers", self.workers, limits, "max_keyed_workers")
+        options = self.reshape
+        if options is None:
+            return
+        if options.max_helpers is not None:
+            check_count("reshape.max_helpers", "helpers", options.max_helpers, limits, "max_reshape_helpers")
+        if options.eta is not None:
+            check_floor("reshape.eta", "eta", options.eta, limits, "min_reshape_eta")
+        for name in ("tau_min", "tau_max"):
+            value = getattr(options, name)
+            if value is not None:
+                check_floor(f"reshape.{name}", name, value, limits, "min_reshape_tau")
 
 
 def tidy_runtime_keys(config: dict) -> dict:

@@ -12,21 +12,39 @@ refused until someone adds it here on purpose. Nondeterministic functions
 (``rand``, ``uuid``, ``current_timestamp``, ...) are refused: the runtime
 replays a failed micro-batch and shares a task's output between dataflows,
 and both promise the same records as a private, first run would give
-(:data:`NONDETERMINISTIC`). Calls whose output can be far bigger than their
-input (``repeat``, ``lpad``/``rpad``, ``space``, ``sequence``) take a literal
-size within a bound (:data:`AMPLIFYING`).
+(:data:`NONDETERMINISTIC`), and so is a value Spark takes from the clock
+through a string (``TIMESTAMP 'now'``, ``ts > 'tomorrow'``, a string column
+becoming a timestamp: ``runtime/operators/wall_clock.py``). Calls whose output
+can be far bigger than their input (``repeat``, ``lpad``/``rpad``, ``space``,
+``sequence``) take a literal size within a bound (:data:`AMPLIFYING`), and the
+whole expression must stay within a size bound however such calls nest
+(``runtime/operators/size_bound.py``). Regular expressions and LIKE patterns
+must be literals Java's backtracking engine runs in reasonable time
+(``runtime/operators/regex_safety.py``, reading Java's syntax with
+``runtime/operators/regex_syntax.py``).
+
+Every input gets an answer, never a crash: the text's length and nesting are
+bounded before sqlglot's recursive-descent parser sees it, the parsed tree's
+depth after (``runtime/operators/nesting.py``), and a RecursionError in any
+pass still becomes a :class:`SqlProblem` naming the expression.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Callable
+from functools import lru_cache, wraps
+from typing import TypeVar
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 
+from runtime.operators.nesting import depth_problem, nesting_problem
+from runtime.operators.regex_safety import like_problem, regex_problem
+from runtime.operators.size_bound import integer_literal, size_problem
 from runtime.operators.types import Schema, canonical_type
+from runtime.operators.wall_clock import clock_problem
 
 DIALECT = "spark"
 _TABLE = "_input"
@@ -72,8 +90,18 @@ ALLOWED = _kinds(
 )
 
 # Refused with the reason: a replayed batch or a shared task would give other records than a private first run.
+# Besides randomness, anything that reads the clock or the session (user, database, time zone).
 NONDETERMINISTIC = _kinds("Rand", "Randn", "Uuid", "Shuffle", "CurrentTimestamp", "CurrentDate", "CurrentTime",
-                          "CurrentDatetime", "Random")
+                          "CurrentDatetime", "Random", "CurrentTimestampLTZ", "Localtime", "Localtimestamp",
+                          "Systimestamp", "CurrentTimezone", "CurrentUser", "SessionUser", "CurrentSchema",
+                          "CurrentDatabase", "CurrentCatalog", "CurrentRole", "CurrentVersion")
+# The same for functions sqlglot does not know (parsed as anonymous calls), by the name Spark gives them.
+NONDETERMINISTIC_NAMES = frozenset({
+    "now", "curdate", "curtime", "localtimestamp", "localtime", "sysdate", "getdate", "current_timezone", "user",
+    "session_user", "current_user", "current_database", "current_schema", "current_catalog", "version",
+    "input_file_name", "input_file_block_start", "input_file_block_length", "monotonically_increasing_id",
+    "spark_partition_id", "uuid", "rand", "randn", "random", "shuffle",
+})
 
 # Output size bounds of the amplifying calls: (argument holding the size, largest literal allowed).
 AMPLIFYING = {
@@ -96,63 +124,137 @@ def _function_name(node: exp.Expression) -> str:
     return type(node).__name__
 
 
-def _integer(node: exp.Expression | None) -> int | None:
-    """The value of an integer literal (or its negation), else None."""
-    if isinstance(node, exp.Neg):
-        value = _integer(node.this)
-        return None if value is None else -value
-    if isinstance(node, exp.Literal) and not node.is_string:
-        try:
-            return int(node.this)
-        except ValueError:
-            return None
-    return None
-
-
 def _check_allowed(text: str, node: exp.Expression) -> None:
     kind = type(node)
-    if kind in NONDETERMINISTIC:
-        raise SqlProblem(f"{text!r}: {_function_name(node)}() is nondeterministic; a replayed micro-batch or a task "
+    if kind in NONDETERMINISTIC or (isinstance(node, exp.Anonymous) and _function_name(node) in NONDETERMINISTIC_NAMES):
+        raise SqlProblem(f"{_quoted(text)}: {_function_name(node)}() is nondeterministic; a replayed micro-batch or a task "
                          "shared with another dataflow would not give the records a private first run gives")
     if kind not in ALLOWED:
         what = f"function {_function_name(node)}()" if isinstance(node, exp.Func) else f"{_function_name(node)} expression"
-        raise SqlProblem(f"{text!r}: {what} is not allowed (allowed functions: docs/operators.md, \"Expressions\")")
+        raise SqlProblem(f"{_quoted(text)}: {what} is not allowed (allowed functions: docs/operators.md, \"Expressions\")")
     if kind.__name__ in AMPLIFYING:
         argument, bound = AMPLIFYING[kind.__name__]
-        size = _integer(node.args.get(argument))
+        size = integer_literal(node.args.get(argument))
         if size is None or size > bound:
-            raise SqlProblem(f"{text!r}: {_function_name(node)}() makes its output as big as its size argument; "
+            raise SqlProblem(f"{_quoted(text)}: {_function_name(node)}() makes its output as big as its size argument; "
                              f"give a literal of at most {bound:,}")
     if isinstance(node, exp.GenerateSeries):
-        start, stop = _integer(node.args.get("start")), _integer(node.args.get("end"))
-        step = _integer(node.args.get("step")) if node.args.get("step") is not None else 1
+        start, stop = integer_literal(node.args.get("start")), integer_literal(node.args.get("end"))
+        step = integer_literal(node.args.get("step")) if node.args.get("step") is not None else 1
         if start is None or stop is None or not step or abs(stop - start) // abs(step) + 1 > MAX_SEQUENCE:
-            raise SqlProblem(f"{text!r}: sequence() takes literal bounds of at most {MAX_SEQUENCE:,} elements")
+            raise SqlProblem(f"{_quoted(text)}: sequence() takes literal bounds of at most {MAX_SEQUENCE:,} elements")
+
+
+def _quoted(text: str) -> str:
+    """The expression as messages name it: its repr, cut short when long."""
+    return repr(text) if len(text) <= 200 else repr(text[:200]) + "..."
+
+
+_Result = TypeVar("_Result")
+
+
+def _guarded(function: Callable[..., _Result]) -> Callable[..., _Result]:
+    """Turn a RecursionError anywhere in ``function(text, ...)`` into a :class:`SqlProblem` naming the text."""
+
+    @wraps(function)
+    def guarded(text: str, *args, **kwargs) -> _Result:
+        try:
+            return function(text, *args, **kwargs)
+        except RecursionError:
+            raise SqlProblem(f"{_quoted(text)} nests too deeply to be analysed; split it into simpler "
+                             "expressions") from None
+
+    return guarded
 
 
 @lru_cache(maxsize=4096)
 def _parse(text: str) -> exp.Expression:
     if not text.strip():
         raise SqlProblem("empty expression")
+    problem = nesting_problem(text)
+    if problem:
+        raise SqlProblem(f"{_quoted(text)} {problem}")
     try:
         expressions = sqlglot.parse(text, dialect=DIALECT)
     except SqlglotError as error:
         first_line = str(error).splitlines()[0]
-        raise SqlProblem(f"{text!r} does not parse: {first_line}") from None
+        raise SqlProblem(f"{_quoted(text)} does not parse: {first_line}") from None
+    except RecursionError:
+        raise SqlProblem(f"{_quoted(text)} nests too deeply to be parsed; split it into simpler expressions") from None
+    except Exception as error:  # noqa: BLE001 - the parser failed on this input: the input's fault, answered as such
+        raise SqlProblem(f"{_quoted(text)} does not parse ({type(error).__name__} in the parser)") from None
     if len(expressions) != 1 or expressions[0] is None:
-        raise SqlProblem(f"{text!r} must be a single expression")
+        raise SqlProblem(f"{_quoted(text)} must be a single expression")
+    problem = depth_problem(expressions[0])
+    if problem:
+        raise SqlProblem(f"{_quoted(text)}: {problem}")
     return expressions[0]
 
 
+# Calls whose second argument is a Java regular expression, and LIKE/ILIKE whose pattern may become one.
+_PATTERN_CALLS = {exp.RegexpLike: "RLIKE", exp.RegexpExtract: "regexp_extract()", exp.RegexpReplace: "regexp_replace()",
+                  exp.RegexpSplit: "split()", exp.Like: "LIKE", exp.ILike: "ILIKE"}
+
+
+def _check_pattern(text: str, node: exp.Expression) -> None:
+    """Refuse a pattern taken from the row, or one Java's backtracking engine could run for very long."""
+    pattern = node.args.get("expression")
+    while isinstance(pattern, exp.Paren):
+        pattern = pattern.this
+    if isinstance(pattern, exp.Null):
+        return
+    name = _PATTERN_CALLS[type(node)]
+    if not isinstance(pattern, exp.Literal) or not pattern.is_string:
+        source = pattern.sql(DIALECT) if pattern is not None else ""
+        raise SqlProblem(f"{_quoted(text)}: {name} takes its pattern from {source!r}; give the pattern as a string "
+                         "literal, so that it can be checked before it runs")
+    if isinstance(node, (exp.Like, exp.ILike)):
+        problem = like_problem(pattern.this, case_insensitive=isinstance(node, exp.ILike))
+        if problem:
+            raise SqlProblem(f"{_quoted(text)}: {problem}")
+        return
+    problem = regex_problem(pattern.this)
+    if problem:
+        raise SqlProblem(f"{_quoted(text)}: the regular expression {pattern.this!r} of {name} is refused: {problem}")
+
+
+@lru_cache(maxsize=4096)
+def _checked(text: str, aggregate: bool) -> exp.Expression:
+    """The parsed tree of ``text`` once every check that needs no input schema passed (shared: never mutate)."""
+    tree = _parse(text)
+    for node in tree.walk():
+        if isinstance(node, exp.Star) and aggregate and isinstance(node.parent, exp.Count):
+            continue
+        if isinstance(node, _FORBIDDEN):
+            raise SqlProblem(f"{_quoted(text)}: only a plain expression is allowed here, not {node.sql(DIALECT)!r}")
+        _check_allowed(text, node)
+        if isinstance(node, exp.Column) and node.table:
+            raise SqlProblem(f"{_quoted(text)}: qualified column {node.sql(DIALECT)!r}; name the column alone")
+        if not aggregate and isinstance(node, exp.AggFunc):
+            raise SqlProblem(f"{_quoted(text)}: aggregate {node.sql(DIALECT)!r} is not allowed here")
+        if type(node) in _PATTERN_CALLS:
+            _check_pattern(text, node)
+    for problem in (size_problem(tree), clock_problem(tree, typed=False)):
+        if problem:
+            raise SqlProblem(f"{_quoted(text)}: {problem}")
+    return tree
+
+
+@_guarded
 def parse_expression(text: str, *, aggregate: bool = False) -> exp.Expression:
     """Parse a row-level Spark SQL expression and return a private copy of its tree.
 
     With ``aggregate=True`` the expression must be one aggregate call instead.
 
     Raises :class:`SqlProblem` naming the text and the culprit when it does
-    not parse, is a statement or subquery, contains anything not on
-    :data:`ALLOWED` (a nondeterministic call, an amplifying call without a
-    bounded literal size) or (for a row-level expression) an aggregate.
+    not parse (or is too long or nests too deeply to parse safely), is a
+    statement or subquery, contains anything not on :data:`ALLOWED` (a
+    nondeterministic call, an amplifying call without a bounded literal size),
+    can make a value over the size bound, reads the clock through a string,
+    holds a regular expression or LIKE pattern that could backtrack
+    catastrophically (or one taken from the row), or (for a row-level
+    expression) an aggregate. What depends on the input's column types (a
+    string column becoming a timestamp) is checked by :func:`typed_expression`.
 
     >>> parse_expression("temp  >  30").sql("spark")
     'temp > 30'
@@ -161,20 +263,10 @@ def parse_expression(text: str, *, aggregate: bool = False) -> exp.Expression:
     ...
     runtime.operators.sql.SqlProblem: "reflect('java.lang.System', 'exit', 0) = 0": function reflect() is not allowed (allowed functions: docs/operators.md, "Expressions")
     """
-    tree = _parse(text)
-    for node in tree.walk():
-        if isinstance(node, exp.Star) and aggregate and isinstance(node.parent, exp.Count):
-            continue
-        if isinstance(node, _FORBIDDEN):
-            raise SqlProblem(f"{text!r}: only a plain expression is allowed here, not {node.sql(DIALECT)!r}")
-        _check_allowed(text, node)
-        if isinstance(node, exp.Column) and node.table:
-            raise SqlProblem(f"{text!r}: qualified column {node.sql(DIALECT)!r}; name the column alone")
-        if not aggregate and isinstance(node, exp.AggFunc):
-            raise SqlProblem(f"{text!r}: aggregate {node.sql(DIALECT)!r} is not allowed here")
-    return tree.copy()
+    return _checked(text, aggregate).copy()
 
 
+@_guarded
 def canonical_sql(text: str) -> str:
     """The canonical rendering of an expression (what signatures hash)."""
     return _parse(text).sql(DIALECT)
@@ -193,11 +285,16 @@ def check_columns(text: str, tree: exp.Expression, schema: Schema) -> None:
     for name in referenced_columns(tree):
         if name not in schema:
             have = ", ".join(sorted(schema)) or "none"
-            raise SqlProblem(f"{text!r}: column {name!r} is not in the input (columns: {have})")
+            raise SqlProblem(f"{_quoted(text)}: column {name!r} is not in the input (columns: {have})")
 
 
+@_guarded
 def infer_type(text: str, tree: exp.Expression, schema: Schema) -> str | None:
     """The canonical Spark type of the expression over ``schema``, or None if unknown.
+
+    Raises :class:`SqlProblem` when, over these column types, the value could
+    come from the clock (a string column becoming a timestamp: see
+    ``runtime/operators/wall_clock.py``).
 
     ``tree`` is unused (the cache keys on the text). Cached by the text and the
     input columns: type annotation is most of the
@@ -211,12 +308,22 @@ def infer_type(text: str, tree: exp.Expression, schema: Schema) -> str | None:
 def _infer_type(text: str, columns: tuple[tuple[str, str], ...]) -> str | None:
     tree = parse_expression(text, aggregate=True)
     column_types = dict(columns)
-    select = exp.select(tree.copy()).from_(_TABLE)
+    select = exp.select(tree).from_(_TABLE)
     for column in select.find_all(exp.Column):
         column.set("table", exp.to_identifier(_TABLE))
     try:
         typed = annotate_types(select, schema={_TABLE: column_types}, dialect=DIALECT)
-    except SqlglotError:
+    except RecursionError:
+        raise
+    except Exception:  # noqa: BLE001 - sqlglot could not type this input: no types, as for an unknown one
+        typed = None  # the clock check below then treats every type as unknown
+    root = typed.expressions[0] if typed is not None else tree
+    for column in root.find_all(exp.Column):
+        column.set("table", None)  # messages name columns as the user wrote them
+    problem = clock_problem(root, typed=True)
+    if problem:
+        raise SqlProblem(f"{_quoted(text)}: {problem}")
+    if typed is None:
         return None
     data_type = typed.expressions[0].type
     if data_type is None or data_type.this == exp.DataType.Type.UNKNOWN:
@@ -227,6 +334,7 @@ def _infer_type(text: str, columns: tuple[tuple[str, str], ...]) -> str | None:
         return None
 
 
+@_guarded
 def typed_expression(text: str, schema: Schema, *, aggregate: bool = False) -> tuple[exp.Expression, str | None]:
     """Parse, check columns and infer the type: the common path of the operators."""
     tree = parse_expression(text, aggregate=aggregate)

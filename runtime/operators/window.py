@@ -8,6 +8,7 @@ from sqlglot import exp
 from runtime.operators.base import OperatorSpec, Port, field_problem, register
 from runtime.operators.fields import Duration, Identifier, SqlText, duration_ms
 from runtime.operators.keyed import KeyedOptions
+from runtime.operators.limits import OperatorLimits, check_slide, check_watermark, check_window
 from runtime.operators.sql import SqlProblem, parse_expression, referenced_columns
 from runtime.operators.types import INTEGRAL, Schema, is_numeric
 
@@ -50,6 +51,15 @@ class WindowAggregateConfig(KeyedOptions):
         if self.slide is not None and duration_ms(self.slide) > duration_ms(self.window):
             raise ValueError(f"slide {self.slide!r} is longer than window {self.window!r}")
         return self
+
+    def check_limits(self, limits: OperatorLimits) -> None:
+        """The window, the watermark and the windows each record is repeated in (ceil(window / slide))."""
+        super().check_limits(limits)
+        window = duration_ms(self.window)
+        check_window("window", window, limits)
+        if self.slide is not None:
+            check_slide("slide", window, duration_ms(self.slide), limits)
+        check_watermark("watermark", duration_ms(self.watermark), limits)
 
 
 def aggregate_call(text: str) -> tuple[str, str | None]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from fastapi.testclient import TestClient
 
+from api.app import create_app
 from tests.fixtures.dataflows import chain, source, stream, task, urban_etl
 
 pytestmark = pytest.mark.redis
@@ -71,7 +73,64 @@ CASES = [
     ("reflect", _tasks_with(1, config={"expr": "reflect('java.lang.System', 'exit', 0) IS NULL"}), 422, "OPERATOR_CONFIG_INVALID", "function reflect() is not allowed"),
     ("java_method in a projection", _tasks_with(2, config={"columns": {"f": "java_method('java.lang.Math', 'random')"}}), 422, "OPERATOR_CONFIG_INVALID", "function java_method() is not allowed"),
     ("current time in a projection", _tasks_with(2, config={"columns": {"f": "current_timestamp()"}}), 422, "OPERATOR_CONFIG_INVALID", "task 'proj' (select) config.columns.f"),
+    # names the runtime uses itself, and names Spark cannot tell apart (runtime/operators/names.py)
+    ("reserved source column", _tasks_with(0, config={"topic": "urban", "schema": {"__sana_bucket": "int", "temp": "double"}}),
+     422, "OPERATOR_CONFIG_INVALID", "task 'src' (source) config.schema.__sana_bucket: column name '__sana_bucket' starts with '__'"),
+    ("reserved output column", _tasks_with(2, config={"columns": {"sensor": "sensor", "__SANA_END": "temp"}}), 422,
+     "OPERATOR_CONFIG_INVALID", "task 'proj' (select) config.columns.__SANA_END: column name '__SANA_END' starts with '__'"),
+    ("columns differing in case", _tasks_with(2, config={"columns": {"F": "temp", "f": "temp * 9 / 5 + 32"}}), 422,
+     "OPERATOR_CONFIG_INVALID", "task 'proj' (select) config.columns.f: columns 'F' and 'f' differ only in case"),
 ]
+
+
+def _keyed(kind: str, **config) -> dict:
+    """src -> a window_aggregate or a join (of src with another source) -> sink, with ``config`` changed."""
+    if kind == "window_aggregate":
+        base = {"keys": ["sensor"], "time_column": "ts", "window": "1 minute", "watermark": "10 seconds",
+                "aggregates": {"n": "count(*)"}}
+        return chain(source(), task("k", "window_aggregate", **{**base, **config}), task("out", "sink", topic="t"))
+    document = _keyed_flow({}, "t")
+    document["tasks"][2]["config"].update(config)
+    document["tasks"][2]["id"] = "k"
+    document["streams"] = [stream("a", "k", "left"), stream("b", "k", "right"), stream("k", "out")]
+    return document
+
+
+LIMITED = [
+    # (kind, config, field, limit variable, text of the message)
+    ("window_aggregate", {"window": "30 days"}, "config.window", "SANA_MAX_WINDOW_S", "a window of 30 days is longer than 7 days"),
+    ("window_aggregate", {"window": "1 hour", "slide": "1 second"}, "config.slide", "SANA_MAX_WINDOWS_PER_RECORD",
+     "puts every record in 3,600 windows; at most 100"),
+    ("window_aggregate", {"watermark": "3 days"}, "config.watermark", "SANA_MAX_WATERMARK_S", "a watermark of 3 days"),
+    ("window_aggregate", {"workers": 32}, "config.workers", "SANA_MAX_KEYED_WORKERS", "32 workers; at most 16"),
+    ("join", {"window": "14 days"}, "config.window", "SANA_MAX_WINDOW_S", "a window of 14 days is longer than 7 days"),
+    ("join", {"reshape": {"max_helpers": 20}}, "config.reshape.max_helpers", "SANA_MAX_RESHAPE_HELPERS", "20 helpers; at most 7"),
+    ("join", {"reshape": {"eta": 1.01}}, "config.reshape.eta", "SANA_MIN_RESHAPE_ETA", "eta 1.01 is below 1.1"),
+]
+
+
+@pytest.mark.parametrize(("kind", "config", "field", "limit", "text"), LIMITED,
+                         ids=[f"{case[0]}-{case[2]}" for case in LIMITED])
+def test_a_config_over_a_limit_gets_422_naming_task_field_and_limit(client, kind, config, field, limit, text):
+    before = client.get("/stats").json()
+    response = client.post("/dataflows", json=_keyed(kind, **config))
+    assert response.status_code == 422, response.text
+    answer = response.json()
+    assert answer["code"] == "OPERATOR_CONFIG_INVALID"
+    assert answer["culprit"] == {"task": "k", "field": field, "limit": limit}
+    assert answer["detail"].startswith(f"task 'k' ({kind}) {field}: ") and text in answer["detail"] and limit in answer["detail"]
+    assert client.get("/stats").json() == before
+
+
+def test_the_api_enforces_the_limits_of_its_settings(settings_factory):
+    month = _keyed("window_aggregate", window="30 days", slide="1 day")
+    app = create_app(settings_factory(max_window_s=30 * 86_400, max_windows_per_record=10))
+    with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as client:  # a local caller
+        refused = client.post("/dataflows", json=month)
+        assert refused.status_code == 422
+        assert refused.json()["culprit"] == {"task": "k", "field": "config.slide", "limit": "SANA_MAX_WINDOWS_PER_RECORD"}
+        assert "30 windows; at most 10 (SANA_MAX_WINDOWS_PER_RECORD): slide by 3 days or more" in refused.json()["detail"]
+        assert client.post("/dataflows", json=_keyed("window_aggregate", window="30 days", slide="3 days")).status_code == 201
 
 
 @pytest.mark.parametrize(("rule", "body", "status", "code", "named"), CASES, ids=[case[0] for case in CASES])
@@ -176,3 +235,38 @@ def test_keyed_knobs_do_not_change_what_is_shared(client):
     second = client.post("/dataflows", json=_keyed_flow({}, "out-2"))
     assert first.status_code == second.status_code == 201
     assert sorted(second.json()["reused"]) == ["a", "b", "j"]  # the knobs tune how the join runs, not what it computes
+
+
+UNSAFE_EXPRESSIONS = [
+    # (case, task, field, expression, text of the message): every input gets a coded 422, never a 500
+    ("50 parentheses", "hot", "expr", "(" * 50 + "temp" + ")" * 50 + " > 1", "nests 21 levels deep"),
+    ("NOT NOT ...", "hot", "expr", "NOT " * 300 + "temp > 1", "nests 21 levels deep"),
+    ("- - ...", "hot", "expr", "- " * 500 + "temp > 1", "nests 21 levels deep"),
+    ("nested CASE", "hot", "expr", "CASE WHEN temp > 1 THEN " * 60 + "true" + " END" * 60, "nests 21 levels deep"),
+    ("nested calls", "proj", "columns.f", "abs(" * 60 + "temp" + ")" * 60, "nests 21 levels deep"),
+    ("a + a + ...", "hot", "expr", " + ".join(["temp"] * 1400) + " > 1", "its parsed tree is more than 1,000 levels deep (at most 100)"),
+    ("::int chain", "proj", "columns.f", "temp" + "::int" * 500, "its parsed tree is 502 levels deep"),
+    ("deep regex", "hot", "expr", "sensor RLIKE '" + "(" * 40 + "a" + ")" * 40 + "'", "it nests groups more than 20 deep"),
+    ("typed literal now", "hot", "expr", "ts < TIMESTAMP 'now'", "is the string 'now', which Spark turns into the current date"),
+    ("implicit tomorrow", "hot", "expr", "ts > 'tomorrow'", "is the string 'tomorrow'"),
+    ("text to timestamp", "proj", "columns.f", "CAST(sensor AS TIMESTAMP)", "'sensor' is text from the row that becomes a timestamp"),
+    ("nested repeat", "proj", "columns.f", "repeat(repeat(repeat(sensor, 100), 100), 100)", "can make a value of up to 10,000 MiB"),
+    ("catastrophic regex", "hot", "expr", "repeat(sensor, 100) RLIKE '(.*a){8}b'", "nested quantifiers"),
+    ("LIKE with several %", "hot", "expr", "sensor LIKE '%a%b%'", "LIKE pattern '%a%b%' has '%' wildcards"),
+    ("pattern from a column", "hot", "expr", "sensor RLIKE sensor", "RLIKE takes its pattern from 'sensor'"),
+]
+
+
+@pytest.mark.parametrize(("case", "task_id", "field", "expression", "text"), UNSAFE_EXPRESSIONS,
+                         ids=[case[0] for case in UNSAFE_EXPRESSIONS])
+def test_an_unsafe_or_too_deep_expression_gets_422_naming_task_and_culprit(client, case, task_id, field, expression, text):
+    config = {"expr": expression} if task_id == "hot" else {"columns": {"sensor": "sensor", "f": expression, "ts": "ts"}}
+    before = client.get("/stats").json()
+    response = client.post("/dataflows", json=_tasks_with(1 if task_id == "hot" else 2, config=config))
+    assert response.status_code == 422, response.text
+    answer = response.json()
+    assert answer["code"] == "OPERATOR_CONFIG_INVALID"
+    assert (answer["culprit"]["task"], answer["culprit"]["field"]) == (task_id, f"config.{field}")
+    kind = "filter" if task_id == "hot" else "select"
+    assert answer["detail"].startswith(f"task {task_id!r} ({kind}) config.{field}: ") and text in answer["detail"]
+    assert client.get("/stats").json() == before
