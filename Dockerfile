@@ -1,12 +1,17 @@
 # syntax=docker/dockerfile:1
 #
 # The Sana manager image: the REST API, the admin inspector and the Spark
-# driver in one process (`uvicorn api.app:app`). With Spark on Kubernetes the
-# same image also runs the executors (see helm/sana).
+# driver in one process (`sana serve`, uvicorn serving api.app:app). With Spark
+# on Kubernetes the same image also runs the executors (see helm/sana).
 #
 #   docker build -t sana:0.1.0 .
 #   docker run --rm -p 8000:8000 -e SANA_REDIS_URL=redis://host:6379/0 \
-#     -e SANA_KAFKA_BOOTSTRAP=host:9092 sana:0.1.0
+#     -e SANA_KAFKA_BOOTSTRAP=host:9092 -e SANA_TOKENS_FILE=/etc/sana/tokens.json \
+#     -v "$PWD/tokens.json:/etc/sana/tokens.json:ro" sana:0.1.0
+#
+# The container listens on every address, so it needs a tokens file (README,
+# "Principals and tokens"): without SANA_TOKENS_FILE `sana serve` refuses to
+# start, as `sana up` refuses to listen beyond loopback in single-user mode.
 #
 # Debian bookworm: its openjdk-17 is the Java that Spark 4 runs on.
 FROM python:3.11-slim-bookworm
@@ -20,7 +25,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # Java 17 for Spark; tini as PID 1 so the JVM's children are reaped and signals
-# reach uvicorn. (man1 must exist for the JRE's update-alternatives on slim images.)
+# reach the API. (man1 must exist for the JRE's update-alternatives on slim images.)
 RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini \
@@ -63,4 +68,4 @@ USER 10001:10001
 
 EXPOSE 8000
 ENTRYPOINT ["/usr/bin/tini", "--"]
-CMD ["uvicorn", "api.app:app", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["sana", "serve", "--host", "0.0.0.0", "--port", "8000"]

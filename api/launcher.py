@@ -1,9 +1,16 @@
-"""``sana up``: the embedded broker and Redis when needed, then the API.
+"""``sana up``: the embedded broker and Redis when needed, then the API; ``sana serve``: the API alone.
 
 Children (the Tansu broker, an embedded Valkey) log to a run directory and
 die with the launcher: on Ctrl-C / SIGTERM they are stopped in order, and the
 kernel sends them SIGTERM if the launcher itself is killed. Ports are checked
 before anything starts, so a port in use gives a clear error and no orphans.
+
+Both commands check access first (:func:`check_access`): with a tokens file
+they listen anywhere; without one (single-user mode, every caller the admin)
+they refuse to listen beyond loopback. The image and the Helm chart start
+``sana serve``, so a container without tokens refuses to start as ``sana up``
+does; the app itself serves loopback clients only in single-user mode
+(api/guard.py), whatever server runs it.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
 import redis
 
+from api.loopback import is_loopback
 from sana.auth import Principals
 from sana.exceptions import TokensFileInvalid
 from sana.errors import SanaError
@@ -33,13 +42,42 @@ log = logging.getLogger("sana.up")
 BROKER_START_TIMEOUT_S = 30.0
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 DEMO_RATE = 20.0
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class LaunchError(SanaError):
-    """``sana up`` cannot start one of its parts."""
+    """``sana up`` or ``sana serve`` cannot start one of its parts, or may not start as configured."""
 
     code = "LAUNCH_FAILED"
+
+
+def check_access(settings: Settings, say: Callable[[str], None], demo: bool = False) -> Principals:
+    """Tokens, or single-user mode on loopback only: say which, or raise :class:`LaunchError`."""
+    try:
+        principals = Principals.load(settings.tokens_file)
+    except TokensFileInvalid as error:
+        raise LaunchError(error.message) from None
+    host = settings.api_host
+    if principals.enabled:
+        if demo:
+            raise LaunchError("--demo submits the examples without a token: run it without SANA_TOKENS_FILE")
+        say(f"{len(principals)} principals from {principals.source}: every request needs a bearer token")
+        return principals
+    if not is_loopback(host):
+        raise LaunchError(f"no SANA_TOKENS_FILE: single-user mode listens on loopback only, not {host}; "
+                          "configure tokens (sana token new NAME) to listen there")
+    say(f"single-user mode (no SANA_TOKENS_FILE): anyone who can reach {host} is the admin 'local'")
+    return principals
+
+
+def run_api(settings: Settings) -> None:
+    """Serve the API with uvicorn on the settings' host and port until interrupted."""
+    import uvicorn
+
+    from api.app import create_app
+
+    config = uvicorn.Config(create_app(settings), host=settings.api_host, port=settings.api_port,
+                            log_level="info", lifespan="on")
+    uvicorn.Server(config).run()
 
 
 def port_free(host: str, port: int) -> bool:
@@ -91,21 +129,8 @@ class Launcher:
         print(f"sana up: {message}", flush=True)
 
     def check_access(self, demo: bool) -> None:
-        """Tokens, or single-user mode on loopback only: say which."""
-        try:
-            principals = Principals.load(self.settings.tokens_file)
-        except TokensFileInvalid as error:
-            raise LaunchError(error.message) from None
-        host = self.settings.api_host
-        if principals.enabled:
-            if demo:
-                raise LaunchError("--demo submits the examples without a token: run it without SANA_TOKENS_FILE")
-            self.say(f"{len(principals)} principals from {principals.source}: every request needs a bearer token")
-            return
-        if host not in LOOPBACK:
-            raise LaunchError(f"no SANA_TOKENS_FILE: single-user mode listens on loopback only, not {host}; "
-                              "configure tokens (sana token new NAME) to listen there")
-        self.say(f"single-user mode (no SANA_TOKENS_FILE): anyone who can reach {host} is the admin 'local'")
+        """Tokens, or single-user mode on loopback only: say which (:func:`check_access`)."""
+        check_access(self.settings, self.say, demo)
 
     def check_ports(self, start_broker: bool) -> None:
         wanted = [("API", self.settings.api_host, self.settings.api_port)]
@@ -154,14 +179,8 @@ class Launcher:
         self.say(f"nothing answered at {url}: started an embedded Valkey there (data is lost when sana up stops), log in {self.run_dir / 'valkey'}")
 
     def serve(self) -> None:
-        import uvicorn
-
-        from api.app import create_app
-
         self.say(f"API on http://{self.settings.api_host}:{self.settings.api_port} (docs at /docs); Ctrl-C stops everything")
-        config = uvicorn.Config(create_app(self.settings), host=self.settings.api_host, port=self.settings.api_port,
-                                log_level="info", lifespan="on")
-        uvicorn.Server(config).run()
+        run_api(self.settings)
 
     def start_demo(self, examples: Path = EXAMPLES_DIR) -> None:
         """In the background: wait for the API, create the examples' source topics, generate them, submit the examples."""
@@ -302,3 +321,24 @@ def up(settings: Settings, demo: bool = False) -> int:
         signal.signal(signal.SIGTERM, previous)
         launcher.stop()
         launcher.say("stopped")
+
+
+def serve(settings: Settings) -> int:
+    """Run ``sana serve`` (the API alone, as the image and the Helm chart run it) until interrupted; the exit status.
+
+    Redis and Kafka are the configured ones: nothing is started beside the API.
+    """
+    def say(message: str) -> None:
+        print(f"sana serve: {message}", flush=True)
+
+    try:
+        check_access(settings, say)
+    except LaunchError as error:
+        print(f"sana serve: error: {error.message}", file=sys.stderr)
+        return 1
+    say(f"API on http://{settings.api_host}:{settings.api_port} (docs at /docs)")
+    try:
+        run_api(settings)
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -52,7 +52,7 @@ def build_services(settings: Settings) -> Services:
         )
         runtime = SparkRuntime(client, settings.state_prefix, settings.effective_kafka_bootstrap,
                                settings.spark_master, settings.checkpoint_dir, trigger_s=settings.trigger_s,
-                               keyed_workers=settings.keyed_workers, reshape=reshape)
+                               keyed_workers=settings.keyed_workers, reshape=reshape, ansi_sql=settings.ansi_sql)
     manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config, sharing=settings.sharing,
                       defrag_after_removals=settings.defrag_after_removals,
                       limits=Limits(settings.max_tasks_per_dataflow, settings.max_dataflows_per_owner,

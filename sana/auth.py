@@ -11,7 +11,11 @@ A tokens file (``SANA_TOKENS_FILE``, JSON) lists the principals::
 Topics: a user's sinks write only topics in their namespace (``<name>.``, or
 ``topic_prefix``) or matching one of ``write_topics`` (patterns an admin
 grants, ``fnmatch`` style); their sources read only their namespace and
-``read_topics``. An admin reads and writes any topic.
+``read_topics``. An admin reads and writes any topic. No namespace may
+overlap another principal's (one a prefix of the other, counting ``.`` and
+``_`` as one character as Kafka does when topic names collide): a tokens file
+where two do is refused, so a principal's own namespace never reaches
+another's; only a pattern an admin grants does.
 
 Only the SHA-256 of each token is stored: tokens are random 256-bit strings
 (``sana token new`` makes one), so a plain hash cannot be reversed and needs
@@ -33,10 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sana.exceptions import Forbidden, TokensFileInvalid, TopicForbidden, Unauthenticated
+from sana.exceptions import TokensFileInvalid, TopicForbidden, Unauthenticated
 
 Role = Literal["user", "admin"]
 NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 SINGLE_USER = "local"
 
 
@@ -156,10 +161,12 @@ class Principals:
                     raise TokensFileInvalid(f"{where}: {field} must be a list of topic patterns")
                 topics[field] = tuple(patterns)
             prefix = entry.get("topic_prefix", "")
-            if not isinstance(prefix, str):
-                raise TokensFileInvalid(f"{where}: topic_prefix must be a string")
+            if not isinstance(prefix, str) or (prefix and not TOPIC_PREFIX.match(prefix)):
+                raise TokensFileInvalid(f"{where}: topic_prefix must be 1-200 of Kafka's topic characters "
+                                        f"[A-Za-z0-9._-], not {prefix!r}")
             names.add(name)
             by_hash[digest.lower()] = Principal(name, role, prefix, topics["read_topics"], topics["write_topics"])
+        _refuse_overlapping_namespaces(list(by_hash.values()), source)
         return cls(by_hash, source)
 
     def authenticate(self, token: str | None) -> Principal:
@@ -172,6 +179,47 @@ class Principals:
         if principal is None:
             raise Unauthenticated("unknown or revoked token")
         return principal
+
+
+def collision_form(topic: str) -> str:
+    """The form Kafka compares topic names in: it refuses a topic equal to an existing one with ``.`` and ``_`` swapped.
+
+    >>> collision_form("ann.b.x") == collision_form("ann_b.x")
+    True
+    """
+    return topic.replace(".", "_")
+
+
+def _refuse_overlapping_namespaces(principals: list[Principal], source: str) -> None:
+    """Raise :class:`TokensFileInvalid` naming two principals whose namespaces overlap.
+
+    Two namespaces overlap when one is a prefix of the other (or both are equal) in
+    :func:`collision_form`: then one principal may use, or squat, topic names in the
+    other's namespace. Sorted, a namespace that is a prefix of another comes right
+    before one that starts with it, so comparing neighbours finds every overlap.
+
+    >>> ann, annx = Principal("ann", "user"), Principal("ann.x", "user")
+    >>> _refuse_overlapping_namespaces([ann, annx], "t.json")
+    Traceback (most recent call last):
+    ...
+    sana.exceptions.TokensFileInvalid: tokens file t.json: principals[1] ('ann.x'): namespace 'ann.x.' overlaps principals[0] ('ann')'s namespace 'ann.': one is a prefix of the other, so one could read and write the other's topics; give one of them a topic_prefix that overlaps no other namespace
+    """
+    order = sorted(range(len(principals)), key=lambda index: (collision_form(principals[index].namespace), index))
+    for before, after in zip(order, order[1:]):
+        shorter, longer = principals[before], principals[after]
+        if not collision_form(longer.namespace).startswith(collision_form(shorter.namespace)):
+            continue
+        first, second = sorted((before, after))
+        one, other = principals[first], principals[second]
+        if longer.namespace.startswith(shorter.namespace):
+            how = "one is a prefix of the other, so one could read and write the other's topics"
+        else:
+            how = ("one is a prefix of the other once '.' and '_' count as one character (Kafka refuses a topic "
+                   "whose name differs from an existing one only there), so one could take the other's topic names")
+        raise TokensFileInvalid(
+            f"tokens file {source}: principals[{second}] ({other.name!r}): namespace {other.namespace!r} overlaps "
+            f"principals[{first}] ({one.name!r})'s namespace {one.namespace!r}: {how}; give one of them a "
+            "topic_prefix that overlaps no other namespace")
 
 
 def check_topics(principal: Principal, tasks: Mapping[str, Any]) -> None:
@@ -188,10 +236,3 @@ def check_topics(principal: Principal, tasks: Mapping[str, Any]) -> None:
             raise TopicForbidden(f"task {task_id!r} (sink) writes topic {topic!r}, outside {principal.name!r}'s "
                                  f"namespace {principal.namespace!r} (an admin grants write_topics)",
                                  culprit={"task": task_id, "field": "config.topic"})
-
-
-def check_owner(principal: Principal, owner: str | None, what: str) -> None:
-    """Raise :class:`Forbidden` unless ``principal`` owns ``what`` or is an admin."""
-    if principal.admin or owner == principal.name:
-        return
-    raise Forbidden(f"{what} belongs to another owner; only its owner or an admin may do this")

@@ -18,6 +18,7 @@ from api.launcher import Launcher, LaunchError
 from sana.auth import token_hash
 from tests.fixtures.dataflows import urban_etl
 from tests.fixtures.services import ServerThread
+from tests.api.clients import bearer, write_tokens
 
 pytestmark = pytest.mark.redis
 
@@ -25,11 +26,7 @@ TOKENS = {"ann": ("user", "ann-token"), "bob": ("user", "bob-token"), "ops": ("a
 
 
 def _tokens_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens.json"
-    path.write_text(json.dumps({"principals": [{"name": name, "role": role, "token_sha256": token_hash(token),
-                                                "read_topics": ["urban"]}
-                                               for name, (role, token) in TOKENS.items()]}))
-    return path
+    return write_tokens(tmp_path, TOKENS)
 
 
 @pytest.fixture
@@ -39,7 +36,7 @@ def app_client(settings_factory, tmp_path) -> Iterator[TestClient]:
 
 
 def _as(name: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {TOKENS[name][1]}"}
+    return bearer(TOKENS, name)
 
 
 def test_requests_without_a_valid_token_get_401(app_client):
@@ -65,8 +62,9 @@ def test_the_caller_owns_what_it_submits_and_only_the_owner_or_an_admin_sees_or_
     for method, path in (("GET", f"/dataflows/{flow_id}"), ("GET", f"/dataflows/{flow_id}/cost"),
                          ("DELETE", f"/dataflows/{flow_id}")):
         refused = app_client.request(method, path, headers=_as("bob"))
-        assert refused.status_code == 403, (method, path)
-        assert refused.json()["code"] == "FORBIDDEN" and flow_id in refused.json()["detail"]
+        assert refused.status_code == 404, (method, path)  # as if it did not exist (test_what_a_user_sees_of_others)
+        assert refused.json() == {"detail": f"no dataflow {flow_id!r}", "code": "DATAFLOW_NOT_FOUND",
+                                  "culprit": {"dataflow": flow_id}}
         assert app_client.request(method, path, headers=_as("ann")).status_code == 200, (method, path)
     assert app_client.get("/dataflows", headers=_as("ops")).json() == {"dataflows": []}
 
@@ -74,8 +72,8 @@ def test_the_caller_owns_what_it_submits_and_only_the_owner_or_an_admin_sees_or_
 def test_sharing_crosses_owners(app_client):
     first = app_client.post("/dataflows", json=urban_etl(sink_topic="ann.a"), headers=_as("ann")).json()
     second = app_client.post("/dataflows", json=urban_etl(sink_topic="bob.b"), headers=_as("bob")).json()
-    assert set(second["reused"]) == {"src", "hot", "proj"}
-    assert second["tasks"]["proj"] == first["tasks"]["proj"]
+    assert second["tasks"]["proj"] == first["tasks"]["proj"]  # one running task for both
+    assert app_client.get("/stats", headers=_as("ops")).json()["running_tasks"] == 5
     # removing ann's dataflow keeps what bob's still uses
     assert app_client.delete(f"/dataflows/{first['id']}", headers=_as("ann")).status_code == 200
     assert app_client.get("/stats", headers=_as("bob")).json()["running_tasks"] == 4
@@ -138,7 +136,7 @@ def test_cli_sends_its_token_and_makes_tokens(settings_factory, tmp_path):
         assert refused.returncode == cli.EXIT_SERVER and "401" in refused.stderr
         assert sana("--token", "ann-token", "submit", str(path)).returncode == cli.EXIT_OK
         other = sana("remove", "df-1", token="bob-token")  # the token from SANA_TOKEN
-        assert other.returncode == cli.EXIT_SERVER and "403" in other.stderr
+        assert other.returncode == cli.EXIT_SERVER and other.stderr == "sana: 404: no dataflow 'df-1'\n"
         assert sana("remove", "df-1", token="ann-token").returncode == cli.EXIT_OK
 
     made = sana("token", "new", "carol", "--role", "admin")

@@ -22,7 +22,8 @@ from tests.helm.chart_fixtures import CHART_DIR, REPO
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
-UVICORN = ["uvicorn", "api.app:app", "--host", "0.0.0.0", "--port", "8000"]
+# `sana serve` checks access as `sana up` does (api/launcher.py check_access) before uvicorn serves api.app:app.
+SERVE = ["sana", "serve", "--host", "0.0.0.0", "--port", "8000"]
 
 
 @dataclass(frozen=True)
@@ -119,9 +120,9 @@ def test_runs_as_a_non_root_user_matching_the_chart(instructions):
     assert int(user) == values["manager"]["podSecurityContext"]["runAsUser"]
 
 
-def test_exposes_the_api_and_starts_uvicorn(instructions):
+def test_exposes_the_api_and_starts_sana_serve(instructions):
     assert [e.arguments for e in _all(instructions, "EXPOSE")] == ["8000"]
-    assert _all(instructions, "CMD")[-1].exec_form() == UVICORN
+    assert _all(instructions, "CMD")[-1].exec_form() == SERVE
     assert _all(instructions, "ENTRYPOINT")[-1].exec_form() == ["/usr/bin/tini", "--"]
     env = _env(instructions)
     assert env["SANA_API_HOST"] == "0.0.0.0"
@@ -160,3 +161,16 @@ def test_chart_runs_the_image_command_with_the_settings_expanded(instructions, r
     args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg) for arg in rendered.manager_container()["args"]]
     assert "command" not in rendered.manager_container(), "the chart must keep the image's ENTRYPOINT (tini)"
     assert args == _all(instructions, "CMD")[-1].exec_form()
+
+
+def test_the_image_command_refuses_to_listen_beyond_loopback_without_tokens(instructions, monkeypatch, capsys):
+    """The image's CMD is the `sana` script's `serve`, whose access check is `sana up`'s: no tokens, no 0.0.0.0."""
+    from api import cli
+
+    command = _all(instructions, "CMD")[-1].exec_form()
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"][command[0]] == "api.cli:main"
+    monkeypatch.delenv("SANA_TOKENS_FILE", raising=False)  # as in the image unless one is given
+    assert cli.main(command[1:]) == 1
+    assert ("sana serve: error: no SANA_TOKENS_FILE: single-user mode listens on loopback only, not 0.0.0.0"
+            in capsys.readouterr().err)

@@ -98,6 +98,11 @@ def test_manager_env_carries_every_sana_setting(scenario):
     assert (plain["SANA_MAX_TASKS_PER_DATAFLOW"], plain["SANA_MAX_DATAFLOWS_PER_OWNER"], plain["SANA_MAX_RUNNING_TASKS"],
             plain["SANA_MAX_QUERIES"]) == (
         str(limits["tasksPerDataflow"]), str(limits["dataflowsPerOwner"]), str(limits["runningTasks"]), str(limits["queries"]))
+    rate = values["rateLimit"]
+    assert (plain["SANA_RATE_LIMIT_WRITES_PER_S"], plain["SANA_RATE_LIMIT_WRITE_BURST"], plain["SANA_RATE_LIMIT_READS_PER_S"],
+            plain["SANA_RATE_LIMIT_READ_BURST"], plain["SANA_RATE_LIMIT_ADMINS"]) == (
+        str(rate["writesPerSecond"]), str(rate["writeBurst"]), str(rate["readsPerSecond"]), str(rate["readBurst"]),
+        "1" if rate["admins"] else "0")
     assert plain["SANA_API_HOST"] == "0.0.0.0"
     assert plain["SANA_API_PORT"] == str(values["api"]["port"])
     assert plain["SANA_CHECKPOINT_DIR"] == values["checkpoints"]["dir"]
@@ -126,10 +131,10 @@ def test_sana_settings_all_have_a_value():
     )
 
 
-def test_uvicorn_binds_the_configured_host_and_port(render_chart):
+def test_sana_serve_binds_the_configured_host_and_port(render_chart):
     rendered = render_chart({"api": {"port": 9000}})
     container = rendered.manager_container()
-    assert container["args"] == ["uvicorn", "api.app:app", "--host", "$(SANA_API_HOST)", "--port", "$(SANA_API_PORT)"]
+    assert container["args"] == ["sana", "serve", "--host", "$(SANA_API_HOST)", "--port", "$(SANA_API_PORT)"]
     assert rendered.manager_env()["SANA_API_PORT"]["value"] == "9000"
     assert {"name": "http", "containerPort": 9000, "protocol": "TCP"} in container["ports"]
 

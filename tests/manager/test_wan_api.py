@@ -6,10 +6,10 @@ import argparse
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.cli_wan import add_wan_sim_parser, main
+from tests.api.clients import local_client
 from tests.fixtures.dataflows import chain, source, task
 from tests.manager.test_wan_sharing import WAN, hot
 from tests.wan_sim.scenarios import unaware_sharing_hurts
@@ -17,7 +17,8 @@ from tests.wan_sim.scenarios import unaware_sharing_hurts
 
 @pytest.fixture
 def client(settings_factory):
-    with TestClient(create_app(settings_factory())) as test_client:
+    # this machine's caller (single-user mode serves no other), sending JSON bodies as JSON (api/guard.py)
+    with local_client(create_app(settings_factory()), headers={"content-type": "application/json"}) as test_client:
         yield test_client
 
 
