@@ -22,13 +22,18 @@ from fastapi.staticfiles import StaticFiles
 
 from api import routes_runtime, routes_wan, schemas
 from api.body import read_body
+from api.error_answers import error_response
+from api.guard import RequestGuard
 from api.health import check_redis
+from api.ratelimit import RateLimiter
 from api.services import Services, build_services
+from api.visibility import check_visible, cost_answer, removal_answer, submit_answer
 from manager.document import DataflowDocument
 from manager.service import Manager, task_wan_fields
 from manager.validate import parse_dataflow
-from sana.auth import Principal, check_owner, check_topics
-from sana.exceptions import Forbidden, Unauthenticated
+from runtime.operators.limits import OperatorLimits
+from sana.auth import Principal, check_topics
+from sana.exceptions import Forbidden
 from sana.errors import SanaError
 from sana.settings import Settings, get_settings
 
@@ -44,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         services = build_services(settings or get_settings())
         app.state.services = services
+        app.state.rate_limiter = RateLimiter.from_settings(services.settings)
         try:
             await run_in_threadpool(services.manager.start)
         except SanaError as error:
@@ -64,9 +70,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(SanaError)
     async def sana_error(request: Request, error: SanaError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthenticated) else None
-        return JSONResponse(status_code=error.status, content=error.to_dict(), headers=headers)
+        return error_response(error)
 
+    app.add_middleware(RequestGuard)  # single-user mode: this machine only; bodies: JSON only (api/guard.py)
     _routes(app)
     app.include_router(routes_runtime.router, dependencies=[Depends(require_admin)])
     app.include_router(routes_wan.router, dependencies=[Depends(require_admin)])
@@ -91,10 +97,13 @@ def get_manager(request: Request) -> Manager:
 
 
 def get_principal(request: Request) -> Principal:
-    """Who calls: the principal of the bearer token (single-user mode: the admin ``local``)."""
+    """Who calls: the principal of the bearer token (single-user mode: the admin ``local``); spends one
+    request of their budget (api/ratelimit.py)."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    return request.app.state.services.principals.authenticate(token.strip() if scheme.lower() == "bearer" else None)
+    principal = request.app.state.services.principals.authenticate(token.strip() if scheme.lower() == "bearer" else None)
+    request.app.state.rate_limiter.charge(principal, request.method)
+    return principal
 
 
 def require_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
@@ -113,7 +122,7 @@ def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-_ERRORS = {status: {"model": schemas.ErrorOut} for status in (401, 403, 404, 409, 413, 422, 429, 502, 503)}
+_ERRORS = {status: {"model": schemas.ErrorOut} for status in (401, 403, 404, 409, 413, 415, 422, 429, 502, 503)}
 
 
 def _routes(app: FastAPI) -> None:
@@ -126,14 +135,14 @@ def _routes(app: FastAPI) -> None:
         services: Services = request.app.state.services
 
         def submit() -> dict[str, Any]:
-            flow = parse_dataflow(body)
+            flow = parse_dataflow(body, limits=OperatorLimits.from_settings(services.settings))
             if services.principals.enabled:
                 if flow.owner not in (None, principal.name) and not principal.admin:
                     raise Forbidden(f"owner {flow.owner!r}: a user submits dataflows as themselves ({principal.name!r})",
                                     culprit={"field": "owner"})
                 check_topics(principal, flow.tasks)
                 flow = replace(flow, owner=flow.owner or principal.name)
-            return manager.submit_validated(flow).to_dict()
+            return submit_answer(principal, manager.submit_validated(flow))
 
         return await run_in_threadpool(submit)
 
@@ -143,9 +152,11 @@ def _routes(app: FastAPI) -> None:
         state = manager.snapshot()
         flows = sorted((flow for flow in state.dataflows.values() if principal.admin or flow.owner == principal.name),
                        key=lambda flow: (flow.submitted_at, flow.id))
+        statuses = manager.statuses(flows, details=principal.admin)
         return {
             "dataflows": [
-                {"id": flow.id, "name": flow.name, "owner": flow.owner, "submitted_at": _iso(flow.submitted_at), "tasks": flow.tasks}
+                {"id": flow.id, "name": flow.name, "owner": flow.owner, "submitted_at": _iso(flow.submitted_at),
+                 "tasks": flow.tasks, **statuses[flow.id]}
                 for flow in flows
             ]
         }
@@ -158,15 +169,16 @@ def _routes(app: FastAPI) -> None:
         answers); the document exactly as submitted is under ``document``.
         """
         flow = manager.dataflow(dataflow_id)
-        check_owner(principal, flow.owner, f"dataflow {dataflow_id!r}")
+        check_visible(principal, flow.owner, dataflow_id)
         return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.tasks,
-                "sinks": flow.sinks, "document": flow.document}
+                "sinks": flow.sinks, "document": flow.document,
+                **manager.statuses([flow], details=principal.admin)[flow.id]}
 
     @app.get("/dataflows/{dataflow_id}/cost", response_model=schemas.DataflowCostOut, responses=_ERRORS)
     def dataflow_cost(dataflow_id: str, manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
         """What the dataflow costs: its share of each task it uses, its cost alone, what sharing saves it."""
-        check_owner(principal, manager.dataflow(dataflow_id).owner, f"dataflow {dataflow_id!r}")
-        return manager.cost(dataflow_id)
+        check_visible(principal, manager.dataflow(dataflow_id).owner, dataflow_id)
+        return cost_answer(principal, manager.cost(dataflow_id))
 
     @app.get("/costs", response_model=schemas.CostsOut, responses=_ERRORS)
     def costs(manager: ManagerDep, admin: AdminDep) -> dict[str, Any]:
@@ -176,8 +188,10 @@ def _routes(app: FastAPI) -> None:
     @app.delete("/dataflows/{dataflow_id}", response_model=schemas.RemoveResponse, responses=_ERRORS)
     def remove_dataflow(dataflow_id: str, manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
         """Remove a dataflow (its owner or an admin); returns once its unshared work has stopped."""
-        check_owner(principal, manager.dataflow(dataflow_id).owner, f"dataflow {dataflow_id!r}")
-        return manager.remove(dataflow_id).to_dict()
+        flow = manager.dataflow(dataflow_id)
+        check_visible(principal, flow.owner, dataflow_id)
+        removed = manager.remove(dataflow_id).to_dict()
+        return removal_answer(principal, removed, flow.running_ids(), flow.owner, manager.snapshot())
 
     @app.get("/running", response_model=schemas.RunningOut, response_model_by_alias=True, responses=_ERRORS)
     def running(manager: ManagerDep, admin: AdminDep) -> dict[str, Any]:
@@ -207,7 +221,11 @@ def _routes(app: FastAPI) -> None:
 
     @app.get("/healthz", response_model=schemas.HealthOut, responses={503: {"model": schemas.HealthOut}})
     def healthz(services: ServicesDep) -> JSONResponse:
-        """Every component's status; 503 when any is not ok."""
+        """The service's own parts (Redis, Kafka, Spark, the manager); 503 when one is not ok.
+
+        ``work`` counts the dataflows that run, failed at run time or stalled: one tenant's failing
+        dataflow is shown there and never turns the service's status (which readiness probes read).
+        """
         components: dict[str, dict[str, Any]] = {"redis": check_redis(services.redis)}
         if services.kafka is None:
             components["kafka"] = {"status": "ok", "note": "not used in dry-run"}
@@ -220,15 +238,17 @@ def _routes(app: FastAPI) -> None:
         if services.runtime_note:
             runtime["note"] = services.runtime_note
         components["runtime"] = runtime
+        work: dict[str, Any] = {}
         try:
             counts = services.manager.stats()
             components["manager"] = {"status": "ok", "dataflows": counts["submitted_dataflows"], "running_tasks": counts["running_tasks"]}
+            work = services.manager.work()
         except SanaError as error:
             components["manager"] = {"status": "down", "error": error.message}
         healthy = all(part.get("status") == "ok" for part in components.values())
         return JSONResponse(
             status_code=200 if healthy else 503,
-            content={"status": "ok" if healthy else "degraded", "components": components},
+            content={"status": "ok" if healthy else "degraded", "components": components, "work": work},
         )
 
 

@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "up":
         return _up(args)
+    if args.command == "serve":
+        return _serve(args)
     if args.command == "produce":
         return _produce(args)
     try:
@@ -47,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--dry-run", action="store_true", help="plan and record deployments without Spark or Kafka")
     up.add_argument("--demo", action="store_true",
                     help="create demo source topics, generate sensor streams and submit the dataflows in examples/")
+
+    serve = commands.add_parser("serve", help="serve the API alone on the configured Redis and Kafka (the image's command); "
+                                "without SANA_TOKENS_FILE, on loopback only")
+    serve.add_argument("--port", type=int, help="API port (default SANA_API_PORT or 8000)")
+    serve.add_argument("--host", help="API address (default SANA_API_HOST or 127.0.0.1)")
 
     produce = commands.add_parser("produce", help="generate a RIoTBench-style sensor stream into a topic")
     produce.add_argument("topic")
@@ -106,22 +113,31 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _up(args: argparse.Namespace) -> int:
+def _server_settings(args: argparse.Namespace, **overrides: Any):
+    """Log as a server does, and the settings with the command line's host and port."""
     import logging
 
-    from api.launcher import up
     from sana.settings import Settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
-    overrides: dict[str, Any] = {}
     if args.port is not None:
         overrides["api_port"] = args.port
     if args.host is not None:
         overrides["api_host"] = args.host
-    if args.dry_run:
-        overrides["dry_run"] = True
-    return up(Settings(**overrides), demo=args.demo)
+    return Settings(**overrides)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from api.launcher import up
+
+    return up(_server_settings(args, **({"dry_run": True} if args.dry_run else {})), demo=args.demo)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from api.launcher import serve
+
+    return serve(_server_settings(args))
 
 
 def _produce(args: argparse.Namespace) -> int:
@@ -229,9 +245,33 @@ def _ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, indent=2))
         return EXIT_OK
-    rows = [(flow["id"], flow["name"], flow.get("owner") or "-", flow["submitted_at"], str(len(flow["tasks"]))) for flow in body["dataflows"]]
-    _print_table(("ID", "NAME", "OWNER", "SUBMITTED", "TASKS"), rows)
+    rows = [(flow["id"], flow["name"], flow.get("owner") or "-", flow["submitted_at"], str(len(flow["tasks"])),
+             status_line(flow)) for flow in body["dataflows"]]
+    _print_table(("ID", "NAME", "OWNER", "SUBMITTED", "TASKS", "STATUS"), rows)
     return EXIT_OK
+
+
+def status_line(flow: dict) -> str:
+    """A dataflow's status in a line: what failed and why, or what waits.
+
+    >>> status_line({"status": "running"})
+    'running'
+    >>> status_line({"status": "failed", "failure": {"task": "hot", "error_class": "DATETIME_OVERFLOW",
+    ...              "expression": "timestampadd(DAY, n, ts) > ts", "error": "[DATETIME_OVERFLOW] ..."}})
+    'failed: task hot, DATETIME_OVERFLOW in timestampadd(DAY, n, ts) > ts (remove it, fix it, submit it again)'
+    >>> status_line({"status": "stalled", "stalled": {"tasks": ["out"], "restarts": 3}})
+    'stalled: its Spark query restarts (3 restarts so far; it resumes from its checkpoint)'
+    """
+    state = flow.get("status", "running")
+    if state == "failed" and flow.get("failure"):
+        failure = flow["failure"]
+        what = failure.get("error_class") or failure.get("error") or "an error"
+        where = f" in {failure['expression']}" if failure.get("expression") else ""
+        return f"failed: task {failure['task']}, {what}{where} (remove it, fix it, submit it again)"
+    if state == "stalled":
+        restarts = (flow.get("stalled") or {}).get("restarts", 0)
+        return f"stalled: its Spark query restarts ({restarts} restarts so far; it resumes from its checkpoint)"
+    return state
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -253,6 +293,8 @@ def _cost(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, indent=2))
         return EXIT_OK
+    if body.get("status", "running") != "running":  # its work does not run: a zero cost would mislead
+        print(f"{body['id']}: {status_line(body)}; its work does not run now, so the figures below are not what it costs when it runs")
     if not body["measured"]:
         print(f"{body['id']}: nothing measured yet (a dry run measures nothing; a real runtime needs two samples, ~5 s)")
     else:
@@ -261,7 +303,7 @@ def _cost(args: argparse.Namespace) -> int:
              _figure("state_bytes", body[what]["state_bytes"])) for what in ("cost", "alone", "saved")]
     _print_table(("", "CPU", "KAFKA WRITES", "STATE"), rows)
     print()
-    tasks = [(task["task"], str(task["users"]), _figure("cpu_cores", task["cpu_cores"]),
+    tasks = [(task["task"], "-" if task.get("users") is None else str(task["users"]), _figure("cpu_cores", task["cpu_cores"]),
               _figure("kafka_bytes_per_s", task["kafka_bytes_per_s"]), _figure("state_bytes", task["state_bytes"]))
              for task in body["tasks"]]
     _print_table(("RUNNING TASK", "USERS", "CPU SHARE", "KAFKA SHARE", "STATE SHARE"), tasks)

@@ -16,8 +16,10 @@ class SubmitResponse(BaseModel):
     id: str
     name: str
     tasks: dict[str, str] = Field(description="Submitted task id -> running task id.")
-    reused: list[str] = Field(description="Submitted task ids served by tasks that were already running.")
-    created: list[str] = Field(description="Submitted task ids that started new running tasks.")
+    reused: list[str] = Field(description="Submitted task ids served by tasks that were already running; from the "
+                              "caller's point of view: for a user, only tasks their own dataflows already used.")
+    created: list[str] = Field(description="Submitted task ids that started new running tasks; for a user, every task "
+                               "not in reused (some may have been running for another owner).")
     sinks: dict[str, SinkTarget]
     sites: dict[str, str | None] = Field({}, description="Submitted task id -> site of its running task.")
     not_shared: list[dict[str, Any]] = Field([], description="Equivalent tasks not shared for lack of bandwidth, with the link and the numbers.")
@@ -26,7 +28,35 @@ class SubmitResponse(BaseModel):
                                             "on the WAN, which was kept and the criterion that decided (WAN configuration only).")
 
 
-class DataflowSummary(BaseModel):
+class TaskFailureOut(BaseModel):
+    task: str = Field(description="The submitted task that failed at run time.")
+    running_task: str
+    type: str | None = None
+    config: dict[str, Any] | None = Field(None, description="The failed task's config as submitted.")
+    expression: str | None = Field(None, description="The part of the task's SQL Spark named, when it did.")
+    error: str | None = Field(None, description="Spark's error.")
+    error_class: str | None = Field(None, description="Spark's error class, e.g. DATETIME_OVERFLOW.")
+    batch: int | None = None
+    at: float | None = Field(None, description="When it failed, seconds since the epoch.")
+    query: str | None = Field(None, description="The Spark query it ran in (admins only).")
+
+
+class StalledOut(BaseModel):
+    tasks: list[str] = Field(description="The submitted tasks whose Spark query is down or restarting.")
+    restarts: int = 0
+    query: str | None = Field(None, description="Admins only.")
+    error: str | None = Field(None, description="The query's error (admins only).")
+
+
+class DataflowStatus(BaseModel):
+    status: str = Field("running", description="running; failed (a task failed at run time and was taken out of "
+                        "its query: see failure; remove the dataflow, fix it and submit it again); stalled (its "
+                        "Spark query is down or restarting; it resumes from its checkpoint).")
+    failure: TaskFailureOut | None = None
+    stalled: StalledOut | None = None
+
+
+class DataflowSummary(DataflowStatus):
     id: str
     name: str
     owner: str | None = None
@@ -40,7 +70,8 @@ class DataflowList(BaseModel):
 
 class RemoveResponse(BaseModel):
     id: str
-    terminated: list[str] = Field(description="Running task ids stopped.")
+    terminated: list[str] = Field(description="Running task ids stopped; for a user, the removed dataflow's running "
+                                  "tasks that none of their other dataflows uses (some may run on for another owner).")
 
 
 class RunningTaskOut(BaseModel):
@@ -97,8 +128,9 @@ class CostFigures(BaseModel):
 
 class TaskCostOut(BaseModel):
     task: str = Field(description="Running task id.")
-    users: int = Field(description="Dataflows using the task; each is charged 1/users of it.")
-    share: float
+    users: int | None = Field(description="Dataflows using the task; each is charged 1/users of it. "
+                              "Null in a user's answer (they learn no sharer counts), as share is.")
+    share: float | None
     cpu_cores: float
     kafka_bytes_per_s: float
     state_bytes: float
@@ -113,7 +145,7 @@ class DataflowShareOut(BaseModel):
     tasks: list[TaskCostOut]
 
 
-class DataflowCostOut(DataflowShareOut):
+class DataflowCostOut(DataflowShareOut, DataflowStatus):
     measured: bool = Field(description="False until the runtime has two samples (and always under --dry-run).")
     window_s: float = Field(description="Length of the measurement window, seconds.")
 
@@ -128,8 +160,10 @@ class CostsOut(BaseModel):
 
 
 class HealthOut(BaseModel):
-    status: str = Field(description="ok or degraded")
+    status: str = Field(description="ok or degraded: the service's own parts (Redis, Kafka, Spark, the manager)")
     components: dict[str, dict[str, Any]]
+    work: dict[str, Any] = Field(default_factory=dict, description="The dataflows' work: how many run, failed or "
+                                 "stalled. Never turns the status (a tenant's failure is not the service's).")
 
 
 class ErrorOut(BaseModel):

@@ -103,8 +103,10 @@ def plan_reuse(state: State, flow: Dataflow, measured: Mapping[str, float] | Non
 
 
 def find_instance(state: State, signature: str, inputs: tuple[tuple[str, str], ...]) -> str | None:
-    """The running task with ``signature`` that reads exactly ``inputs`` (the smallest id if several)."""
-    found = [task_id for task_id in state.instances.get(signature, ()) if state.tasks[task_id].inputs == inputs]
+    """The running task with ``signature`` that reads exactly ``inputs`` (the smallest id if several),
+    quarantined tasks left out."""
+    found = [task_id for task_id in state.instances.get(signature, ())
+             if state.tasks[task_id].inputs == inputs and task_id not in state.quarantined]
     return min(found) if found else None
 
 
@@ -156,6 +158,7 @@ def forced_by_running_sinks(state: State, query: list[QueryTask]) -> dict[str, s
                 force(parent, match)
 
     for item in query:
-        if item.type == "sink" and state.instances.get(item.signature):
-            force(item.id, min(state.instances[item.signature]))
+        healthy = state.instances.get(item.signature, set()) - state.quarantined
+        if item.type == "sink" and healthy:
+            force(item.id, min(healthy))
     return forced

@@ -37,6 +37,7 @@ from manager.exceptions import DataflowNotFound, DeployFailed, LimitExceeded, Se
 from manager.model import Dataflow
 from manager.replacement import hot_links, plan_replacement
 from manager.state import State, SubmittedDataflow
+from manager.status import counts, quarantined_with_readers, status
 from manager.store import StaleState, Store
 from manager.traffic import basis, link_loads_in_use, measured_mbps
 from manager.validate import parse_dataflow
@@ -63,7 +64,10 @@ class SubmitResult:
     ``not_shared`` lists the tasks that got a running task of their own although an equivalent
     one runs, with the link and the numbers that made Algorithm 1 refuse the share; ``placement``
     says, with a WAN configuration, which rule placed each task; ``weighing`` how Algorithm 1's plan
-    and the one taking every share stood, and which was kept (:class:`optimizer.model.Weighing`)."""
+    and the one taking every share stood, and which was kept (:class:`optimizer.model.Weighing`).
+    ``owner_tasks`` (not in :meth:`to_dict`): of the running tasks the answer names as already
+    running (those of ``reused`` and the ``equivalent`` of ``not_shared``), the ones a dataflow of
+    the same owner used before this submit; the API tells a user only about those (api/visibility.py)."""
 
     id: str
     name: str
@@ -76,6 +80,7 @@ class SubmitResult:
     not_shared: list[dict[str, Any]] = field(default_factory=list)
     placement: dict[str, dict[str, Any]] = field(default_factory=dict)
     weighing: dict[str, Any] | None = None
+    owner_tasks: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict[str, Any]:
         result = {
@@ -93,6 +98,12 @@ class SubmitResult:
         if self.weighing:
             result["weighing"] = self.weighing
         return result
+
+
+def owned_among(state: State, owner: str | None, task_ids: set[str]) -> frozenset[str]:
+    """Those of the running ``task_ids`` that some dataflow of ``owner`` uses in ``state``."""
+    return frozenset(task for task in task_ids
+                     if any(state.dataflows[flow].owner == owner for flow in state.users.get(task, ())))
 
 
 @dataclass(frozen=True)
@@ -259,8 +270,11 @@ class Manager:
         with self._guard(), self._changing, self._mutex, self.store.lock():
             self._sync()
             self.limits.check_owner(self.state, flow.owner)
+            self.state.quarantined = quarantined_with_readers(self.state, self.runtime.failures())
             plan = merge.plan_merge(self.state, flow, self.clock(), sharing=self.sharing, measured=self._measured())
             self.limits.check_service(self.state, plan.new_tasks)
+            named = {plan.dataflow.tasks[task] for task in plan.reused} | {row["equivalent"] for row in plan.not_shared}
+            owner_tasks = owned_among(self.state, flow.owner, named)
             version = self._deploy_and_commit("merge", plan.change, lambda: self.store.commit_merge(plan, self.state),
                                               plan.dataflow.id)
             merge.apply_merge(self.state, plan)
@@ -279,6 +293,7 @@ class Manager:
             not_shared=list(plan.not_shared),
             placement=dict(plan.placement),
             weighing=plan.weighing,
+            owner_tasks=owner_tasks,
         )
 
     def remove(self, dataflow_id: str) -> RemoveResult:
@@ -600,7 +615,26 @@ class Manager:
         flow = split["dataflows"].get(dataflow_id)
         if flow is None:  # removed between the two reads
             raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id})
-        return {"measured": split["measured"], "window_s": split["window_s"], **flow}
+        # a failed or stalled dataflow's work costs nothing while it does not run: say so beside the zero
+        return {"measured": split["measured"], "window_s": split["window_s"], **flow,
+                **self.statuses([self.dataflow(dataflow_id)], details=False)[dataflow_id]}
+
+    def statuses(self, flows: list[SubmittedDataflow], details: bool = True) -> dict[str, dict[str, Any]]:
+        """Dataflow id -> its status (running, failed naming the task and error, or stalled: :mod:`manager.status`).
+
+        ``details=False`` (a user asking) leaves out query ids and the errors of stalled queries."""
+        failures = {task: failure.to_dict() for task, failure in self.runtime.failures().items()}
+        stalled = self.runtime.stalled()
+        return {flow.id: status(flow, failures, stalled, details=details) for flow in flows}
+
+    def work(self) -> dict[str, Any]:
+        """How many dataflows run, failed or stalled, and the runtime's work report (for ``/healthz``)."""
+        state = self.snapshot()
+        failures = {task: failure.to_dict() for task, failure in self.runtime.failures().items()}
+        stalled = self.runtime.stalled()
+        if not failures and not stalled:  # the common case, cheap at any number of dataflows (a probe reads it)
+            return {"running": len(state.dataflows), "failed": 0, "stalled": 0, "quarantined_tasks": 0}
+        return {**counts(state.dataflows.values(), failures, stalled), "quarantined_tasks": len(failures)}
 
     def stats(self) -> dict[str, Any]:
         state = self.snapshot()

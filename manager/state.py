@@ -72,7 +72,10 @@ class State:
     - ``rates``: estimated output Mbps of every running task (with ``wan``);
     - ``arrivals``: producer -> other site -> its consumers there (the routers);
     - ``link_load``: (site, site) -> Mbps its crossing streams demand;
-    - ``not_shared``: running task -> the refused shares that made it start.
+    - ``not_shared``: running task -> the refused shares that made it start;
+    - ``quarantined``: running tasks that failed at run time, and those reading
+      them (runtime.quarantine): offered to no new dataflow, which gets tasks
+      of its own instead. Set from the runtime before a plan; not stored.
     """
 
     dataflows: dict[str, SubmittedDataflow] = field(default_factory=dict)
@@ -90,6 +93,7 @@ class State:
     arrivals: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     link_load: dict[tuple[str, str], float] = field(default_factory=dict)
     not_shared: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    quarantined: set[str] = field(default_factory=set)
     next_dataflow: int = 1
     next_dag: int = 1
     version: int = 0
@@ -272,7 +276,7 @@ class RunningSet:
     def instances(self, signature: str) -> Iterable[RunningTask]:
         result = []
         for task_id in sorted(self._state.instances.get(signature, ())):
-            if self.site(task_id) is not None:
+            if self.site(task_id) is not None and task_id not in self._state.quarantined:
                 result.append(self.task(task_id))
         return result
 

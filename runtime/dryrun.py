@@ -73,6 +73,16 @@ class DryRunRuntime:
     def restore(self, tasks: Mapping[str, TaskSpec]) -> None:
         self.reconcile(tasks)
 
+    def work(self) -> dict[str, Any]:
+        """Nothing runs, so nothing fails or stalls."""
+        return {"status": "ok", "degraded": [], "quarantined": []}
+
+    def failures(self) -> dict[str, Any]:
+        return {}
+
+    def stalled(self) -> dict[str, dict[str, Any]]:
+        return {}
+
     def runs(self, tasks: Mapping[str, TaskSpec]) -> bool:
         return self.deployed() == {task_id: task.fragment for task_id, task in tasks.items()}
 

@@ -97,6 +97,21 @@ function costCell(cost, measured) {
   return el("td", { class: "cost", title }, `${round(cost.cost.cpu_cores, 3)} cores`);
 }
 
+// A dataflow that failed at run time (its task quarantined) or waits for its query shows that, not a cost of 0.
+function statusCell(flow) {
+  if (flow.status === "failed" && flow.failure) {
+    const f = flow.failure;
+    const title = `task ${f.task} failed at run time and was taken out of its query; the others go on.\n` +
+      `${f.error_class || ""} ${f.expression ? "in " + f.expression : ""}\n${f.error || ""}\nRemove it, fix it and submit it again.`;
+    return el("td", { class: "cost status-failed", title }, `failed (${f.task})`);
+  }
+  if (flow.status === "stalled") {
+    const restarts = (flow.stalled && flow.stalled.restarts) || 0;
+    return el("td", { class: "cost status-stalled", title: `its Spark query is down or restarting (${restarts} restarts); it resumes from its checkpoint` }, "stalled");
+  }
+  return null;
+}
+
 function renderDataflows(flows, costs) {
   const body = $("dataflow-rows");
   body.replaceChildren();
@@ -106,7 +121,7 @@ function renderDataflows(flows, costs) {
     const row = el("tr", { "data-id": flow.id, class: flow.id === ui.selected ? "selected" : "", onclick: () => select(flow.id) },
       el("td", {}, flow.id), el("td", {}, flow.name), el("td", {}, flow.owner || "–"),
       el("td", {}, new Date(flow.submitted_at).toLocaleTimeString()), el("td", {}, Object.keys(flow.tasks).length),
-      costCell(costs && costs.dataflows[flow.id], costs && costs.measured), el("td", {}, remove));
+      statusCell(flow) || costCell(costs && costs.dataflows[flow.id], costs && costs.measured), el("td", {}, remove));
     body.append(row);
   }
   if (!flows.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No dataflow is submitted.")));

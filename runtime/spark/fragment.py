@@ -18,6 +18,7 @@ removed dataflow.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -38,6 +39,7 @@ from runtime.broker.offsets import lag
 from runtime.broker.producer import BatchProducer
 from runtime.operators import get_operator
 from runtime.plan import TaskSpec
+from runtime.quarantine import Quarantine, TaskFailure, attributable, downstream
 from runtime.spark.builders import encode_sql, literal, parse_sql
 from runtime.spark.replays import replays
 from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
@@ -54,6 +56,9 @@ RECENT_BATCHES = 20
 TRANSIENT_START_ERRORS = ("Python worker failed to connect back", "StreamingPythonRunnerInitialization")
 START_RETRIES = 2
 REPLAYS_KEY = "__replays__"
+# A batch that still fails after this many quarantines is left to fail (the supervisor restarts the query).
+MAX_QUARANTINE_ROUNDS = 3
+PROBE_TOPIC = "__sana_probe__"
 
 
 @dataclass(frozen=True)
@@ -105,8 +110,15 @@ class FragmentQuery:
     def __init__(self, spark: SparkSession, query_id: str, inputs: Mapping[str, Mapping[str, int]],
                  bootstrap: str, checkpoint: Path, trigger_s: float, fragments: set[str] | None = None,
                  max_records_per_batch: int = 0, producer: BatchProducer | None = None,
-                 keyed_defaults: Mapping[str, Any] | None = None, batch_base: int = 0) -> None:
+                 keyed_defaults: Mapping[str, Any] | None = None, batch_base: int = 0,
+                 quarantine: Quarantine | None = None, sql_conf: Mapping[str, str] | None = None) -> None:
         """``keyed_defaults``: keyword arguments of every keyed operator (``workers``, ``reshape``).
+
+        ``quarantine`` holds the tasks that failed at run time (shared with the
+        runtime, kept in Redis): a batch never evaluates them, and a task that
+        fails in a batch is added to it and the batch run again without it
+        (:meth:`_batch`). ``sql_conf`` is set on the query's own session before
+        every batch (the expression semantics, e.g. ``spark.sql.ansi.enabled``).
 
         ``batch_base`` is added to Spark's batch ids wherever the query versions its state
         and names its output: a query that took over other queries' tasks (a defragmentation)
@@ -123,6 +135,8 @@ class FragmentQuery:
         self.max_records_per_batch = max_records_per_batch
         self.producer = producer
         self.batch_base = batch_base
+        self.quarantine = quarantine if quarantine is not None else Quarantine(None, "")
+        self.sql_conf = dict(sql_conf or {})
         self._cores = spark.sparkContext.defaultParallelism  # tasks that collect a batch's output (local mode)
         self.bound_file = checkpoint / "bound.json"
         self.plan = QueryPlan(0)
@@ -284,7 +298,10 @@ class FragmentQuery:
         started = time.perf_counter()
         batch_id += self.batch_base
         try:
-            written, outputs = self._evaluate(plan, keyed, df, batch_id)
+            session = df.sparkSession  # the query's own session (a clone): its settings are this query's
+            for key, value in self.sql_conf.items():
+                session.conf.set(key, value)
+            written, outputs = self._evaluate_isolated(plan, keyed, df, batch_id)
         finally:
             with self._cond:
                 self._in_flight = None
@@ -294,8 +311,102 @@ class FragmentQuery:
         self.busy_ms += duration_ms
         self.recent.append(BatchStats(batch_id, written, round(duration_ms, 1), outputs, time.time()))
 
-    def _evaluate(self, plan: QueryPlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int) -> tuple[int, int]:
-        """Run the plan on one micro-batch: one SQL statement (CTEs + UNION ALL of the outputs), one write."""
+    # -- isolation: one task's run-time failure is not its query's --------------------------
+
+    def _evaluate_isolated(self, plan: QueryPlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int) -> tuple[int, int]:
+        """Evaluate the plan without its quarantined tasks; if the batch fails, find the tasks that fail,
+        quarantine them and evaluate the batch again without them (the same micro-batch, so the query's
+        other dataflows lose nothing and wait one evaluation). An error no task explains (the broker down,
+        a lost executor: :func:`~runtime.quarantine.attributable`) is raised: the query fails and the supervisor
+        restarts it from its checkpoint."""
+        for _ in range(MAX_QUARANTINE_ROUNDS):
+            plan, keyed = self._without(plan, keyed, set(self.quarantine.failed()))
+            try:
+                return self._evaluate(plan, keyed, df, batch_id)
+            except Exception as error:
+                if not attributable(error):
+                    raise
+                failures = self._find_failures(plan, keyed, df, batch_id)
+                if not failures:
+                    raise
+                log.error("query %s: batch %d failed (%s); task(s) %s fail on their own", self.id, batch_id,
+                          describe_failure(str(error))[:300], sorted(f.task for f in failures))
+                self.quarantine.add(failures)
+        plan, keyed = self._without(plan, keyed, set(self.quarantine.failed()))
+        return self._evaluate(plan, keyed, df, batch_id)
+
+    @staticmethod
+    def _without(plan: QueryPlan, keyed: Mapping[str, Any], failed: set[str]) -> tuple[QueryPlan, dict[str, Any]]:
+        """``plan`` less the failed tasks, whatever reads them, and the outputs of those."""
+        if not failed or not failed & {task.id for task in plan.tasks}:
+            return plan, dict(keyed)
+        gone = downstream(plan.tasks, failed & {task.id for task in plan.tasks})
+        tasks = tuple(task for task in plan.tasks if task.id not in gone)
+        outputs = tuple((task_id, topic) for task_id, topic in plan.outputs if task_id not in gone)
+        return (QueryPlan(plan.version, tasks, dict(plan.reads), outputs, dict(plan.schemas)),
+                {task_id: operator for task_id, operator in keyed.items() if task_id not in gone})
+
+    def _find_failures(self, plan: QueryPlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int) -> list[TaskFailure]:
+        """The tasks of ``plan`` that fail on this micro-batch although their inputs do not.
+
+        Each output is evaluated alone (nothing written: a ``noop`` write);
+        the tasks behind the outputs that fail are then evaluated alone, parents
+        first, each with every column it produces (a column no output reads is
+        still computed, so the task that computes a failing expression is the
+        one named). Costs a Spark job per probe, only in a batch that failed.
+        """
+        failing_outputs = [output for output in plan.outputs if self._probe(plan, keyed, df, batch_id, [output]) is not None]
+        if not failing_outputs:
+            return []
+        by_id = {task.id: task for task in plan.tasks}
+        suspects: set[str] = set()
+        pending = [task_id for task_id, _ in failing_outputs]
+        while pending:
+            task_id = pending.pop()
+            if task_id in by_id and task_id not in suspects:
+                suspects.add(task_id)
+                pending.extend(parent for _, parent in by_id[task_id].inputs)
+        failures: list[TaskFailure] = []
+        for task in plan.tasks:
+            if task.id not in suspects or any(parent in downstream(plan.tasks, {f.task for f in failures})
+                                               for _, parent in task.inputs):
+                continue
+            error = self._probe(plan, keyed, df, batch_id, [(task.id, PROBE_TOPIC)])
+            if error is not None:
+                failure = TaskFailure.from_error(task.id, self.id, batch_id, error)
+                if failure.expression is None:  # Spark names the fragment only when it evaluated it interpreted
+                    failure = dataclasses.replace(failure, expression=_expression_of(task))
+                failures.append(failure)
+        return failures
+
+    def _probe(self, plan: QueryPlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int,
+               outputs: list[tuple[str, str]]) -> BaseException | None:
+        """Evaluate only ``outputs`` (and what they read) without writing; the error it raised, or None."""
+        needed: set[str] = set()
+        by_id = {task.id: task for task in plan.tasks}
+        pending = [task_id for task_id, _ in outputs]
+        while pending:
+            task_id = pending.pop()
+            if task_id in by_id and task_id not in needed:
+                needed.add(task_id)
+                pending.extend(parent for _, parent in by_id[task_id].inputs)
+        tasks = tuple(task for task in plan.tasks if task.id in needed)
+        reads = {parent: topic for parent, topic in plan.reads.items()
+                 if any(parent == p for task in tasks for _, p in task.inputs)}
+        probe = QueryPlan(plan.version, tasks, reads, tuple(outputs), dict(plan.schemas))
+        try:
+            self._evaluate(probe, {task_id: op for task_id, op in keyed.items() if task_id in needed}, df, batch_id,
+                           probe=True)
+        except Exception as error:
+            return error if attributable(error) else None
+        return None
+
+    def _evaluate(self, plan: QueryPlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int,
+                  probe: bool = False) -> tuple[int, int]:
+        """Run the plan on one micro-batch: one SQL statement (CTEs + UNION ALL of the outputs), one write.
+
+        With ``probe`` the outputs are computed in full but nothing is written
+        and no state is kept (:meth:`_find_failures`)."""
         if not plan.outputs:
             return 0, 0
         began = time.perf_counter()
@@ -329,7 +440,8 @@ class FragmentQuery:
             new_states: dict[str, Any] = {}
             internal = f"{token}_raw"
             if plan.reads:
-                internal = self._drop_replays(session, token, set(plan.reads.values()), states, new_states, views)
+                internal = self._drop_replays(session, token, set(plan.reads.values()), states, new_states, views,
+                                              count=not probe)
             def inputs_of(task: TaskSpec) -> dict[str, list[str]]:
                 """Per port, the CTE names of the task's inputs (an input read from a tap is defined here)."""
                 inputs: dict[str, list[str]] = {port.name: [] for port in get_operator(task.type).ports}
@@ -390,6 +502,9 @@ class FragmentQuery:
             output = session.sql(ctes.statement(union, [names[task_id] for task_id, _ in plan.outputs]))
             headers = [("sana.writer", self.id.encode()), ("sana.run", self.run.encode()), ("sana.batch", str(batch_id).encode())]
             planned = time.perf_counter()
+            if probe:
+                output.write.format("noop").mode("overwrite").save()
+                return 0, len(plan.outputs)
             if self.producer is not None:
                 # The driver takes the whole output here anyway (local mode), so one task per core does: the
                 # union has a task per output and input partition, and every task deserializes the generated
@@ -399,11 +514,17 @@ class FragmentQuery:
                 written = self.producer.send_table(table, headers)
                 self._count_written(plan, table)
             else:
+                # Computed in full before a record is written: a task failing half-way through the write would
+                # leave part of the batch in Kafka, and the batch evaluated again without that task (its outputs
+                # gone from the union) would name the same records differently, so they would not read as replays.
+                output = output.persist()
+                cached.append(output)
+                output.count()
+                collected, written = time.perf_counter(), -1
                 (
                     output.write.format(SOURCE_FORMAT).option("bootstrap", self.bootstrap).option("writer", self.id)
                     .option("run", self.run).option("batch", str(batch_id)).mode("append").save()
                 )
-                collected, written = time.perf_counter(), -1
             self.last_timing = {"plan_ms": round(1000 * (planned - began), 1),
                                 "compute_ms": round(1000 * (collected - planned), 1),
                                 "write_ms": round(1000 * (time.perf_counter() - collected), 1)}
@@ -438,7 +559,7 @@ class FragmentQuery:
                 self.written_records[task_id] = self.written_records.get(task_id, 0) + int(count)
 
     def _drop_replays(self, session, token: str, topics: set[str], states: dict[str, Any], new_states: dict[str, Any],
-                      views: list[str]) -> str:
+                      views: list[str], count: bool = True) -> str:
         """The raw view without records of upstream batches this query already processed (see replays.py)."""
         listed = ", ".join(literal(topic) for topic in sorted(topics))
         rows = session.sql(f"SELECT topic, origin FROM {token}_raw WHERE origin IS NOT NULL AND topic IN ({listed})").toArrow()
@@ -447,8 +568,9 @@ class FragmentQuery:
         new_states[REPLAYS_KEY] = seen
         if not dropped:
             return f"{token}_raw"
-        self.replays_dropped += len(dropped)
-        log.warning("query %s: dropped %d replayed upstream record(s)", self.id, len(dropped))
+        if count:
+            self.replays_dropped += len(dropped)
+            log.warning("query %s: dropped %d replayed upstream record(s)", self.id, len(dropped))
         session.createDataFrame([(origin,) for origin in dropped], "origin string").createOrReplaceTempView(f"{token}_drop")
         session.sql(f"SELECT r.* FROM {token}_raw r LEFT ANTI JOIN {token}_drop d ON r.origin = d.origin") \
             .createOrReplaceTempView(f"{token}_dedup")
@@ -611,6 +733,23 @@ def _after_keyed(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any]) -> set[str
         if any(parent in keyed or parent in after for _, parent in task.inputs):
             after.add(task.id)
     return after
+
+
+def _expression_of(task: TaskSpec) -> str | None:
+    """The SQL a user wrote in a task's config (a filter's condition, a select's columns), to name a failure.
+
+    >>> from types import SimpleNamespace as T
+    >>> _expression_of(T(type="select", config={"columns": {"a": "x + 1", "b": "y"}}))
+    'a = x + 1, b = y'
+    """
+    config = task.config or {}
+    if task.type == "filter":
+        return config.get("expr")
+    if task.type == "select":
+        return ", ".join(f"{name} = {text}" for name, text in (config.get("columns") or {}).items()) or None
+    if task.type == "join":
+        return config.get("on") if isinstance(config.get("on"), str) else None
+    return None
 
 
 def _consumers(plan: QueryPlan) -> dict[str, int]:

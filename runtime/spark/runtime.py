@@ -14,8 +14,14 @@ are kept in Redis under ``<prefix>:runtime:`` so that a manager restarted
 after a crash (``reconcile``) restarts every query from its checkpoint with
 the same inputs: nothing is lost, a batch in flight at the crash is replayed.
 
-A supervisor thread restarts a query that died (with backoff) from its
-checkpoint; ``health()`` reports it as degraded until it runs again.
+A task that fails at run time (a cast, a division, an overflow on some
+record) is found and quarantined by its query, which goes on with the rest
+within the same micro-batch (:mod:`runtime.quarantine`); ``failures()`` names
+the quarantined tasks. A supervisor thread restarts a query that died for
+any other reason (with backoff) from its checkpoint; ``stalled()`` names the
+tasks of such a query until it runs again. Neither is the service's health:
+``health()`` is about the service (the SparkSession), ``work()`` about the
+dataflows' work.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from runtime.broker.producer import BatchProducer
 from runtime.costs import CostMeter, QueryCounters
 from runtime.broker.topics import Topics
 from runtime.plan import Change, TaskSpec
+from runtime.quarantine import Quarantine, TaskFailure
 from runtime.spark.defrag import merge_queries
 from runtime.spark.handover import HandOver, hand_over
 from runtime.spark.fragment import FragmentQuery, QueryPlan
@@ -59,7 +66,10 @@ class SparkRuntime:
     def __init__(self, client: redis.Redis, prefix: str, bootstrap: str, spark_master: str, checkpoint_dir: Path,
                  *, trigger_s: float = 1.0, internal_partitions: int = 1, max_records_per_batch: int = 0,
                  executor_writes: bool | None = None, hosting: bool = True, warm: bool = True,
-                 keyed_workers: int | None = None, reshape: ReshapeSettings | None = None) -> None:
+                 keyed_workers: int | None = None, reshape: ReshapeSettings | None = None,
+                 ansi_sql: bool = False) -> None:
+        """``ansi_sql``: evaluate expressions in Spark's ANSI mode, where a bad cast, a division by zero or an
+        index out of range fails the task (which is then quarantined) instead of giving null (the default)."""
         self.redis = client
         self.prefix = prefix
         self.bootstrap = bootstrap
@@ -74,6 +84,12 @@ class SparkRuntime:
         self.hosting = hosting
         # defaults of every keyed operator; a task's own config (workers, reshape) overrides them
         self.keyed_defaults = {"workers": keyed_workers, "reshape": reshape or ReshapeSettings()}
+        self.sql_conf = {
+            "spark.sql.ansi.enabled": "true" if ansi_sql else "false",
+            # a datetime the new parser rejects is null, not an error asking which parser to use
+            "spark.sql.legacy.timeParserPolicy": "CORRECTED",
+        }
+        self.quarantine = Quarantine(client, f"{prefix}:runtime:failed")
         self._records_key = f"{prefix}:runtime:queries"
         self._counter_key = f"{prefix}:runtime:next-query"
         self._lock = threading.RLock()
@@ -140,6 +156,8 @@ class SparkRuntime:
 
     def reconcile(self, tasks: Mapping[str, TaskSpec]) -> None:
         with self._lock:
+            self.quarantine.load()
+            self.quarantine.forget(set(self.quarantine.failed()) - set(tasks))
             records = self._load_records()
             for query_id, record in records.items():
                 for fragment in record["fragments"]:
@@ -180,21 +198,38 @@ class SparkRuntime:
             log.warning("wrote back the records of %d queries to Redis", len(records))
 
     def health(self) -> dict[str, Any]:
-        queries = dict(self.queries)  # no lock: /healthz must answer while a change is being applied
+        """The runtime as a part of the service: ``down`` only when Spark itself is (the session failed).
+
+        A query that failed or restarts, or a quarantined task, is the dataflows' trouble, not the
+        service's: :meth:`work` counts them, without turning the service's readiness red.
+        """
         session = "ready" if self._spark is not None else ("failed" if self._spark_error else "starting")
-        result: dict[str, Any] = {"status": "ok", "kind": self.kind, "session": session, "queries": len(queries),
+        result: dict[str, Any] = {"status": "ok", "kind": self.kind, "session": session, "queries": len(self.queries),
                                   "running_tasks": len(self.tasks)}
         if self._spark_error is not None:
             result.update(status="down", error=str(self._spark_error))
-            return result
+        return result
+
+    def work(self) -> dict[str, Any]:
+        """The dataflows' work: queries down or restarting (with Spark's error) and quarantined tasks."""
+        queries = dict(self.queries)  # no lock: /healthz must answer while a change is being applied
         degraded = []
         for query_id, query in queries.items():
             if query_id in self._degraded or not query.alive():
                 degraded.append({"query": query_id, "fragments": sorted(query.fragments), "restarts": query.restarts,
+                                 "tasks": [task.id for task in query.plan.tasks],
                                  "error": self._degraded.get(query_id) or query.error()})
-        if degraded:
-            result.update(status="degraded", degraded=degraded)
-        return result
+        return {"status": "degraded" if degraded else "ok", "degraded": degraded,
+                "quarantined": sorted(self.quarantine.failed())}
+
+    def failures(self) -> dict[str, TaskFailure]:
+        """Running task id -> why it is quarantined (:mod:`runtime.quarantine`)."""
+        return self.quarantine.failed()
+
+    def stalled(self) -> dict[str, dict[str, Any]]:
+        """Running task id -> the query it waits for, for every task of a query that is down or restarting."""
+        return {task: {"query": row["query"], "error": row["error"], "restarts": row["restarts"]}
+                for row in self.work()["degraded"] for task in row["tasks"]}
 
     def move_buckets(self, task_id: str, moves: Mapping[int, int], wait_s: float | None = 60.0) -> dict[str, Any]:
         """Route ``{bucket: worker}`` of keyed operator ``task_id`` from the next micro-batch on.
@@ -413,6 +448,7 @@ class SparkRuntime:
             records.pop(query_id)
             self._delete_record(query_id)
             shutil.rmtree(self.checkpoint_root / query_id, ignore_errors=True)
+        self.quarantine.forget(set(old[0]) - set(desired))
         self.tasks, self.host, self.plans = desired, host, plans
         self._delete_unused_topics(internal)
 
@@ -460,7 +496,7 @@ class SparkRuntime:
             self.spark(), record["id"], record["inputs"], self.bootstrap, self.checkpoint_root / record["id"],
             self.trigger_s, set(record["fragments"]), self.max_records_per_batch,
             None if self.executor_writes else BatchProducer(self.bootstrap), self.keyed_defaults,
-            batch_base=int(record.get("batch_base", 0)),
+            batch_base=int(record.get("batch_base", 0)), quarantine=self.quarantine, sql_conf=self.sql_conf,
         )
 
     def _new_record(self, query_id: str, plan: QueryLayout, fresh_topics: set[str],

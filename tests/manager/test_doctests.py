@@ -9,7 +9,7 @@ import pytest
 
 MODULES = ["manager.merge", "manager.reuse", "manager.traffic", "manager.signature", "manager.validate", "manager.costs", "scheduler.fragments",
            "runtime.costs", "api.cli", "runtime.operators.sql",
-           "sana.auth"]
+           "sana.auth", "manager.status", "runtime.quarantine"]
 
 
 @pytest.mark.parametrize("name", MODULES)

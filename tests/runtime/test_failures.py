@@ -52,12 +52,16 @@ def test_a_dead_query_is_restarted_from_its_checkpoint_and_degraded_meanwhile(ma
 
     monkeypatch.setattr(FragmentQuery, "_evaluate", failing)
     produce(kafka_bootstrap, urban, second)
-    health = wait_for(lambda: (h := manager.runtime.health())["status"] == "degraded" and h, 60, "degraded health")
-    assert "injected failure" in health["degraded"][0]["error"]
+    work = wait_for(lambda: (w := manager.runtime.work())["status"] == "degraded" and w, 60, "degraded work")
+    assert "injected failure" in work["degraded"][0]["error"]
+    # not a task's fault (no data error): nothing is quarantined, the query waits for its restart
+    assert work["quarantined"] == [] and manager.runtime.failures() == {}
+    assert set(manager.runtime.stalled()) == set(manager.runtime.tasks)
+    assert manager.runtime.health()["status"] == "ok", "a dead query is the dataflows' trouble, not the service's"
     (metrics,) = manager.runtime.fragment_metrics()["fragments"].values()
     assert metrics["status"] == "degraded"
     broken["on"] = False
-    wait_for(lambda: manager.runtime.health()["status"] == "ok", 90, "healthy again after the restart")
+    wait_for(lambda: manager.runtime.work()["status"] == "ok", 90, "running again after the restart")
     (query,) = manager.runtime.queries.values()
     assert query.restarts >= 1
     received = wait_for(sink_holds(kafka_bootstrap, sink, expect_a(first + second)), 90, "every record after the restart")
