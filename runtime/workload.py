@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from kafka import KafkaProducer
+from runtime.broker import rdkafka
+from runtime.exceptions import RuntimeFailure
 
 KINDS = ("urban", "taxi", "grid", "model")
 OBSTYPES = ("temp", "humidity", "light", "dust", "airquality")
@@ -109,7 +110,8 @@ def produce(bootstrap: str, topic: str, kind: str, rate: float, seed: int = 1, *
             duration_s: float | None = None, start: datetime | None = None, entities: int = 20,
             stop: Callable[[], bool] = lambda: False) -> int:
     """Produce a stream into ``topic`` at ``rate`` records/s until ``count``, ``duration_s`` or ``stop()``."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=256 << 10)
+    producer = rdkafka.producer(bootstrap, delivery_timeout_ms=30_000, **{"linger.ms": 20})
+    failures = rdkafka.Failures()
     sent = 0
     deadline = time.monotonic() + duration_s if duration_s else None
     try:
@@ -119,9 +121,14 @@ def produce(bootstrap: str, topic: str, kind: str, rate: float, seed: int = 1, *
                 break
             if due > now:
                 time.sleep(due - now)
-            producer.send(topic, json.dumps(record).encode())
+            rdkafka.produce_one(producer, topic, json.dumps(record).encode(), None, failures)
             sent += 1
-        producer.flush(30)
+            if sent % 1000 == 0:
+                producer.poll(0)  # serve failure reports as they come
+        rdkafka.flush(producer, 30)
     finally:
-        producer.close()
+        rdkafka.close(producer)
+    if failures.records:
+        raise RuntimeFailure(f"{len(failures.records)} of {sent} record(s) were not written to {topic}: "
+                             f"{failures.errors[0].str()}")
     return sent

@@ -31,10 +31,19 @@ def stream_topic(namespace: str, signature: str) -> str:
     >>> stream_topic("sana", "ab" * 32)
     'sana.stream.abababababababababababab'
     """
-    name = f"{_UNSAFE.sub('-', namespace)}.stream.{signature[:24]}"
+    name = f"{stream_topic_prefix(namespace)}{signature[:24]}"
     if len(name) > MAX_TOPIC:
         raise TopicProblem(f"topic name {name!r} is longer than {MAX_TOPIC} characters; use a shorter SANA_STATE_PREFIX")
     return name
+
+
+def stream_topic_prefix(namespace: str) -> str:
+    """What every internal topic's name of ``namespace`` starts with.
+
+    >>> stream_topic_prefix("test:a1")
+    'test-a1.stream.'
+    """
+    return f"{_UNSAFE.sub('-', namespace)}.stream."
 
 
 class Topics:

@@ -111,7 +111,8 @@ class FragmentQuery:
                  bootstrap: str, checkpoint: Path, trigger_s: float, fragments: set[str] | None = None,
                  max_records_per_batch: int = 0, producer: BatchProducer | None = None,
                  keyed_defaults: Mapping[str, Any] | None = None, batch_base: int = 0,
-                 quarantine: Quarantine | None = None, sql_conf: Mapping[str, str] | None = None) -> None:
+                 quarantine: Quarantine | None = None, sql_conf: Mapping[str, str] | None = None,
+                 origin_topics: Iterable[str] | None = None) -> None:
         """``keyed_defaults``: keyword arguments of every keyed operator (``workers``, ``reshape``).
 
         ``quarantine`` holds the tasks that failed at run time (shared with the
@@ -119,6 +120,8 @@ class FragmentQuery:
         fails in a batch is added to it and the batch run again without it
         (:meth:`_batch`). ``sql_conf`` is set on the query's own session before
         every batch (the expression semantics, e.g. ``spark.sql.ansi.enabled``).
+        ``origin_topics``: the inputs other queries write, whose replayed records
+        are dropped (their origins are read from the headers); None: every input.
 
         ``batch_base`` is added to Spark's batch ids wherever the query versions its state
         and names its output: a query that took over other queries' tasks (a defragmentation)
@@ -137,6 +140,7 @@ class FragmentQuery:
         self.batch_base = batch_base
         self.quarantine = quarantine if quarantine is not None else Quarantine(None, "")
         self.sql_conf = dict(sql_conf or {})
+        self.origin_topics = None if origin_topics is None else sorted(origin_topics)
         self._cores = spark.sparkContext.defaultParallelism  # tasks that collect a batch's output (local mode)
         self.bound_file = checkpoint / "bound.json"
         self.plan = QueryPlan(0)
@@ -178,6 +182,8 @@ class FragmentQuery:
         )
         if self.max_records_per_batch:
             reader = reader.option("max_records_per_batch", str(self.max_records_per_batch))
+        if self.origin_topics is not None:
+            reader = reader.option("origin_topics", json.dumps(self.origin_topics))
         writer = (
             reader.load().writeStream.queryName(self.id)
             .foreachBatch(self._batch)

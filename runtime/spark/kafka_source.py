@@ -1,4 +1,4 @@
-"""``sana_kafka``: a PySpark Python Data Source reading and writing Kafka with kafka-python.
+"""``sana_kafka``: a PySpark Python Data Source reading and writing Kafka on librdkafka.
 
 No JVM Kafka connector is needed (it cannot be downloaded here).
 
@@ -8,12 +8,18 @@ fragment parses each topic's JSON with its declared schema. Offsets are
 ``{topic: {partition: next offset}}``: Spark keeps them in the query's
 checkpoint (offset log), so a query restarted from its checkpoint resumes
 exactly where its last committed batch ended. End offsets use the Tansu
-workaround of :mod:`runtime.broker.offsets`.
+workaround of :mod:`runtime.broker.offsets` (kafka-python, once per trigger);
+records are read with librdkafka (:mod:`runtime.broker.rdkafka`) and become
+Arrow arrays in bulk.
 
 Options: ``bootstrap``; ``topics``, JSON ``{topic: {partition: start offset}}``
 (the offsets a fresh query starts from: the runtime fixes them when it
 creates the query, so a record produced after that is read);
-``max_records_per_batch`` (optional cap, split evenly over partitions).
+``max_records_per_batch`` (optional cap, split evenly over partitions);
+``origin_topics``, JSON list of the topics whose records' replay origins
+(``writer|batch|seq|partition``, from the headers) are read, the other
+queries' outputs: reading headers is most of a record's cost, so other topics
+get a null origin (without the option every topic's are read).
 
 Writing (batch, and streaming): rows ``(topic string, value string)`` are
 produced as they are, each with headers ``sana.writer``, ``sana.run`` and
@@ -21,13 +27,12 @@ produced as they are, each with headers ``sana.writer``, ``sana.run`` and
 (a fragment's executor writes) adds ``sana.seq``, so a record is named as
 when the driver writes it.
 
-A Python worker keeps one producer per broker for every query whose tasks it
-runs, and it cannot know when a topic it wrote is deleted. kafka-python 3.0
-spins a core asking for metadata once a refresh drops a deleted topic that a
-producer wrote (:mod:`runtime.broker.producer`). So a worker's producer is
-replaced once a topic it wrote has gone unwritten for ``TOPIC_IDLE_RENEW_S``
-(well under the 5-minute metadata refresh): before the next write, or by a
-reaper thread if the worker writes nothing more.
+A Python worker keeps one idempotent producer per broker for every query whose
+tasks it runs, and it cannot know when a topic it wrote is deleted. So a
+worker's producer is replaced once a topic it wrote has gone unwritten for
+``TOPIC_IDLE_RENEW_S`` (well under the 5-minute metadata refresh): before the
+next write, or by a reaper thread if the worker writes nothing more; no
+client keeps asking the broker about a deleted topic.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -53,6 +59,7 @@ NAME = "sana_kafka"
 RAW_SCHEMA = "topic string, value string, origin string"
 ORIGIN_HEADERS = ("sana.writer", "sana.batch", "sana.seq")
 READ_STALL_S = 60.0
+CONSUME_WAIT_S = 0.05
 ARROW_CHUNK = 8192
 
 # kafka-python clients cached per Python worker process (workers are reused).
@@ -60,19 +67,16 @@ _CONSUMERS: dict[str, object] = {}
 _PRODUCERS: dict[str, "_WorkerProducer"] = {}
 _PRODUCERS_LOCK = threading.Lock()
 TOPIC_IDLE_RENEW_S = 60.0
+WRITE_TIMEOUT_MS = 60_000
 REAP_EVERY_S = 10.0
 
 
 def _consumer(bootstrap: str):
-    from kafka import KafkaConsumer
+    from runtime.broker import rdkafka
 
     consumer = _CONSUMERS.get(bootstrap)
     if consumer is None:
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-            max_partition_fetch_bytes=8 << 20, fetch_max_bytes=32 << 20, fetch_max_wait_ms=100,
-            request_timeout_ms=20_000, reconnect_backoff_max_ms=1_000,
-        )
+        consumer = rdkafka.consumer(bootstrap)
         _CONSUMERS[bootstrap] = consumer
     return consumer
 
@@ -81,41 +85,39 @@ class _WorkerProducer:
     """This worker's producer to one broker, replaced once a topic it wrote has been idle too long."""
 
     def __init__(self, bootstrap: str) -> None:
+        from runtime.broker import rdkafka
+
         self.bootstrap = bootstrap
         self.lock = threading.Lock()  # held while a task writes, and while the producer is replaced
-        self.producer = None
+        self.sender = rdkafka.Sender(
+            lambda: rdkafka.producer(bootstrap, idempotent=True, delivery_timeout_ms=WRITE_TIMEOUT_MS),
+            bootstrap, WRITE_TIMEOUT_MS / 1000 + 5)
         self.last_write: dict[str, float] = {}  # topic -> when this producer last wrote it (monotonic)
         self.renewed = 0
 
-    def client(self):
-        """The producer to write with; the caller holds :attr:`lock`."""
-        from kafka import KafkaProducer
+    @property
+    def producer(self):
+        """The live librdkafka producer, or None."""
+        return self.sender.client() if self.sender.live else None
 
-        if self.producer is not None and self.stale(time.monotonic()):
+    def renew_if_stale(self) -> None:
+        """Drop the producer if a topic it wrote went unwritten too long; the caller holds :attr:`lock`."""
+        if self.sender.live and self.stale(time.monotonic()):
             self.renewed += 1
             self.drop()
-        if self.producer is None:
-            self.producer = KafkaProducer(
-                bootstrap_servers=self.bootstrap, linger_ms=5, batch_size=256 << 10, acks=1,
-                retries=10, retry_backoff_ms=200, request_timeout_ms=20_000, max_block_ms=30_000,
-                reconnect_backoff_max_ms=1_000,
-            )
-        return self.producer
 
     def stale(self, now: float) -> bool:
         return any(now - when > TOPIC_IDLE_RENEW_S for when in self.last_write.values())
 
     def drop(self) -> None:
-        producer, self.producer, self.last_write = self.producer, None, {}
-        _close_quietly(producer, timeout=1)
+        self.sender.reset()
+        self.last_write = {}
 
     def reap(self) -> None:
         """Drop the producer if it is stale and no task is writing through it."""
         if self.lock.acquire(blocking=False):
             try:
-                if self.producer is not None and self.stale(time.monotonic()):
-                    self.renewed += 1
-                    self.drop()
+                self.renew_if_stale()
             finally:
                 self.lock.release()
 
@@ -134,16 +136,10 @@ def _worker_producer(bootstrap: str) -> _WorkerProducer:
         return _PRODUCERS.setdefault(bootstrap, _WorkerProducer(bootstrap))
 
 
-def _close_quietly(client, **options) -> None:
-    if client is not None:
-        try:
-            client.close(**options)
-        except Exception:  # a broken client is dropped whatever it says
-            pass
-
-
 def _drop_client(cache: dict, bootstrap: str) -> None:
-    _close_quietly(cache.pop(bootstrap, None))
+    from runtime.broker import rdkafka
+
+    rdkafka.close(cache.pop(bootstrap, None))
 
 
 @dataclass(frozen=True)
@@ -154,70 +150,109 @@ class KafkaSlice(InputPartition):
     partition: int
     start: int
     end: int
+    origins: bool = True  # read each record's replay origin from its headers
 
 
 def read_slice(bootstrap: str, part: KafkaSlice) -> Iterator[pa.RecordBatch]:
-    """Yield the values of offsets ``[start, end)`` as Arrow batches ``(topic, value)``."""
-    from kafka import TopicPartition
-    from kafka.errors import KafkaError
+    """Yield the records of offsets ``[start, end)`` as Arrow batches ``(topic, value, origin)``."""
+    from runtime.broker.rdkafka import KafkaException, TopicPartition
 
-    tp = TopicPartition(part.topic, part.partition)
-    values: list[str] = []
-    origins: list[str | None] = []
     position = part.start
     last_progress = time.monotonic()
     consumer = _consumer(bootstrap)
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, part.start)
+        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         while position < part.end:
-            batches = consumer.poll(timeout_ms=200, max_records=50_000)
-            progressed = False
-            for record in batches.get(tp, ()):
-                if record.offset >= part.end:
-                    break
-                if record.offset >= position:
-                    if record.value is not None:
-                        values.append(record.value.decode("utf-8", "replace"))
-                        origins.append(_origin(record.headers, part.partition))
-                    position = record.offset + 1
-                    progressed = True
-            # Offsets can be skipped (transaction markers, compaction): trust the fetch position.
-            fetched = consumer.position(tp)
-            if fetched is not None and fetched > position:
-                position = min(fetched, part.end)
-                progressed = True
-            if progressed:
+            # returns once it has them all, or after CONSUME_WAIT_S with what it has (skipped offsets, a slow fetch)
+            messages = consumer.consume(min(ARROW_CHUNK, part.end - position), CONSUME_WAIT_S)
+            if messages:
+                messages = _in_range(messages, part.end)
+            if messages:
+                position = messages[-1].offset() + 1
                 last_progress = time.monotonic()
-                if len(values) >= ARROW_CHUNK:
-                    yield _arrow(part.topic, values, origins)
-                    values, origins = [], []
+                batch = _arrow(part.topic, part.partition, messages, part.origins)
+                if batch.num_rows:
+                    yield batch
+                continue
+            # Offsets can be skipped (transaction markers, compaction): trust the fetch position.
+            fetched = consumer.position([TopicPartition(part.topic, part.partition)])[0].offset
+            if fetched > position:
+                position = min(fetched, part.end)
+                last_progress = time.monotonic()
             elif time.monotonic() - last_progress > READ_STALL_S:
                 raise TimeoutError(
                     f"{part.topic}[{part.partition}]: no progress at offset {position} of {part.end} for {READ_STALL_S:.0f} s"
                 )
-    except (KafkaError, OSError):
+    except KafkaException:
         _drop_client(_CONSUMERS, bootstrap)
         raise
-    if values:
-        yield _arrow(part.topic, values, origins)
+
+
+def _in_range(messages: list, end: int) -> list:
+    """The records of ``messages`` before offset ``end``; raises on an error the consumer cannot go on after."""
+    from runtime.broker.rdkafka import KafkaException
+
+    if messages[-1].error() is not None or any(message.error() is not None for message in messages):
+        good = []
+        for message in messages:
+            error = message.error()
+            if error is None:
+                good.append(message)
+            elif error.fatal() or not error.retriable():
+                raise KafkaException(error)
+        messages = good
+    if messages and messages[-1].offset() >= end:  # read ahead past the slice: offsets only grow
+        messages = [message for message in messages if message.offset() < end]
+    return messages
 
 
 def _origin(headers, partition: int) -> str | None:
     """``writer|batch|seq|partition`` for a record a Sana fragment wrote (its replay key), else None."""
+    key = _origin_key(headers)
+    return None if key is None else f"{key.decode()}|{partition}"
+
+
+def _origin_key(headers) -> bytes | None:
+    """``writer|batch|seq`` from a record's headers, or None; fast for the order Sana writes them in."""
     if not headers:
         return None
+    if len(headers) == 4:  # writer, run, batch, seq: what every fragment writes
+        writer, _, batch, seq = headers
+        if writer[0] == "sana.writer" and batch[0] == "sana.batch" and seq[0] == "sana.seq":
+            return b"|".join((writer[1], batch[1], seq[1]))
     found = {key: value for key, value in headers if key in ORIGIN_HEADERS}
     if len(found) != len(ORIGIN_HEADERS):
         return None
-    return "|".join(found[key].decode() for key in ORIGIN_HEADERS) + f"|{partition}"
+    return b"|".join(found[key] for key in ORIGIN_HEADERS)
 
 
-def _arrow(topic: str, values: list[str], origins: list[str | None]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [pa.array([topic] * len(values), pa.string()), pa.array(values, pa.string()), pa.array(origins, pa.string())],
-        names=["topic", "value", "origin"],
-    )
+def _arrow(topic: str, partition: int, messages: list, origins: bool = True) -> pa.RecordBatch:
+    """Records as one Arrow batch: values in bulk from their bytes, origins (when asked) only where headers exist."""
+    values = pa.array([message.value() for message in messages], pa.binary())
+    keys = None
+    if origins:
+        headers = [message.headers() for message in messages]
+        if any(header is not None for header in headers):
+            keys = pa.array([_origin_key(header) for header in headers], pa.binary())
+    if keys is None:
+        origin = pa.nulls(len(messages), pa.string())
+    else:
+        origin = pc.binary_join_element_wise(_text(keys), f"{partition}", "|")
+    text = _text(values)
+    batch = pa.RecordBatch.from_arrays([pa.repeat(pa.scalar(topic, pa.string()), len(messages)), text, origin],
+                                       names=["topic", "value", "origin"])
+    if text.null_count:  # a record without a value (a tombstone) carries nothing to read
+        batch = batch.filter(pc.is_valid(text))
+    return batch
+
+
+def _text(values: pa.Array) -> pa.Array:
+    """Binary values as strings; what is not UTF-8 is decoded with replacement characters (the parser refuses it)."""
+    try:
+        return values.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if value is None else value.decode("utf-8", "replace") for value in values.to_pylist()],
+                        pa.string())
 
 
 class KafkaStreamReader(DataSourceStreamReader):
@@ -228,6 +263,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             for topic, parts in json.loads(options["topics"]).items()
         }
         self.max_records = int(options.get("max_records_per_batch", "0") or 0)
+        # the topics whose records' replay origins are read (other queries' outputs); absent: all
+        listed = options.get("origin_topics")
+        self.origin_topics = None if listed is None else set(json.loads(listed))
         self.bound_file = options.get("bound_file") or None
         self._probe = None
         self._latest: dict[str, dict[str, int]] | None = None
@@ -298,7 +336,8 @@ class KafkaStreamReader(DataSourceStreamReader):
             for partition, last in sorted(parts.items(), key=lambda item: int(item[0])):
                 first = int(begin.get(partition, self.start_offsets.get(topic, {}).get(partition, 0)))
                 if int(last) > first:
-                    slices.append(KafkaSlice(topic, int(partition), first, int(last)))
+                    origins = self.origin_topics is None or topic in self.origin_topics
+                    slices.append(KafkaSlice(topic, int(partition), first, int(last), origins))
         return slices
 
     def read(self, partition: KafkaSlice) -> Iterator[pa.RecordBatch]:
@@ -324,29 +363,17 @@ def produce_rows(bootstrap: str, batches: Iterator[pa.RecordBatch], headers: lis
 
     With ``seq_base`` every record also carries ``sana.seq`` = ``seq_base`` + its index here.
     """
-    from kafka.errors import KafkaError
-
     worker = _worker_producer(bootstrap)
-    count = 0
+    written: set[str] = set()
+
+    def noting(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            written.update(pc.unique(batch.column("topic")).to_pylist())
+            yield batch
+
     with worker.lock:
-        try:
-            producer = worker.client()
-            futures = []
-            written: set[str] = set()
-            for batch in batches:
-                topics = batch.column("topic").to_pylist()
-                values = batch.column("value").to_pylist()
-                for topic, value in zip(topics, values):
-                    named = headers if seq_base is None else [*headers, ("sana.seq", str(seq_base + count).encode())]
-                    futures.append(producer.send(topic, value=value.encode("utf-8"), headers=named))
-                    written.add(topic)
-                    count += 1
-            producer.flush(timeout=60)
-            for future in futures:
-                future.get(timeout=60)
-        except (KafkaError, OSError):
-            worker.drop()
-            raise
+        worker.renew_if_stale()
+        count = worker.sender.send(noting(batches), headers, seq_base)
         now = time.monotonic()
         worker.last_write.update((topic, now) for topic in written)
     return count

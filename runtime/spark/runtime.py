@@ -41,7 +41,7 @@ from runtime.exceptions import BucketMoveInvalid, KeyedOperatorUnknown, QueryFai
 from runtime.broker.offsets import probe_consumer, topic_end_offsets
 from runtime.broker.producer import BatchProducer
 from runtime.costs import CostMeter, QueryCounters
-from runtime.broker.topics import Topics
+from runtime.broker.topics import Topics, stream_topic_prefix
 from runtime.plan import Change, TaskSpec
 from runtime.quarantine import Quarantine, TaskFailure
 from runtime.spark.defrag import merge_queries
@@ -477,7 +477,7 @@ class SparkRuntime:
                 log.error("rollback: could not %s: %s", what, error)
 
     def _delete_unused_topics(self, in_use: set[str]) -> None:
-        marker = f"{self.prefix}.stream."
+        marker = stream_topic_prefix(self.prefix)
         try:
             existing = self.topics.existing()
         except RuntimeFailure:
@@ -497,6 +497,7 @@ class SparkRuntime:
             self.trigger_s, set(record["fragments"]), self.max_records_per_batch,
             None if self.executor_writes else BatchProducer(self.bootstrap), self.keyed_defaults,
             batch_base=int(record.get("batch_base", 0)), quarantine=self.quarantine, sql_conf=self.sql_conf,
+            origin_topics=[topic for topic in record["inputs"] if topic.startswith(stream_topic_prefix(self.prefix))],
         )
 
     def _new_record(self, query_id: str, plan: QueryLayout, fresh_topics: set[str],

@@ -9,40 +9,61 @@ from runtime.broker import producer as module
 from runtime.exceptions import RuntimeFailure
 
 
-class FakeFuture:
-    def __init__(self, done: bool) -> None:
-        self.is_done = done
+class FakeMessage:
+    def __init__(self, topic: str, value: bytes, headers) -> None:
+        self._record = (topic, value, headers)
 
-    def failed(self) -> bool:
-        return False
+    def topic(self) -> str:
+        return self._record[0]
+
+    def value(self) -> bytes:
+        return self._record[1]
+
+    def headers(self):
+        return self._record[2]
 
 
 class FakeProducer:
-    """Leaves every record unacknowledged while ``stuck``; remembers what was sent."""
+    """librdkafka's producer, leaving every record unacknowledged while ``stuck``; remembers what was sent.
+
+    As the real one configured with ``delivery.report.only.error``: a delivered record gets no report, a
+    purged one gets a failure report at the next flush.
+    """
 
     made: list["FakeProducer"] = []
     stuck_instances = 1
 
-    def __init__(self, **config) -> None:
+    def __init__(self, config) -> None:
         self.sent: list[tuple[str, bytes, dict]] = []
+        self.queued: list[tuple[FakeMessage, object]] = []
+        self.reports: list[tuple[FakeMessage, object]] = []
         self.stuck = len(FakeProducer.made) < FakeProducer.stuck_instances
         FakeProducer.made.append(self)
 
-    def send(self, topic, value, headers):
+    def produce(self, topic, value, headers, on_delivery):
         self.sent.append((topic, value, dict(headers)))
-        return FakeFuture(not self.stuck)
+        if self.stuck:
+            self.queued.append((FakeMessage(topic, value, headers), on_delivery))
 
     def flush(self, timeout):
-        return None
+        from confluent_kafka import KafkaError
 
-    def close(self, timeout=None):
-        return None
+        for message, report in self.reports:
+            report(KafkaError(KafkaError._PURGE_QUEUE), message)
+        self.reports = []
+        return len(self.queued)
+
+    def purge(self, in_queue=True, in_flight=True, blocking=True):
+        self.reports.extend(self.queued)
+        self.queued = []
 
 
 @pytest.fixture
 def fake_kafka(monkeypatch):
+    from runtime.broker import rdkafka
+
     FakeProducer.made = []
-    monkeypatch.setattr(module, "KafkaProducer", FakeProducer)
+    monkeypatch.setattr(rdkafka, "Producer", FakeProducer)
     return FakeProducer
 
 
@@ -80,20 +101,18 @@ def test_a_retired_topic_gives_the_next_batch_a_fresh_producer(fake_kafka):
 
 @pytest.mark.kafka
 def test_a_producer_does_not_spin_after_a_topic_it_wrote_is_deleted(kafka_bootstrap, monkeypatch):
-    """kafka-python 3.0 spins a core asking for metadata once a refresh drops a topic the producer wrote;
-    retiring the topic before it is deleted (what a query does when its plan stops writing it) avoids it."""
+    """A producer must not keep asking the broker about a topic it wrote once that topic is deleted (kafka-python
+    3.0 spun a core so): a query retires the topic before it is deleted, and metadata is refreshed every 0.3 s."""
     import resource
     import time
     import uuid
 
     from runtime.broker.topics import Topics
 
-    library = module.KafkaProducer
-    monkeypatch.setattr(module, "KafkaProducer", lambda **config: library(metadata_max_age_ms=300, **config))
     gone, stays = f"gone-{uuid.uuid4().hex[:8]}", f"stays-{uuid.uuid4().hex[:8]}"
     topics = Topics(kafka_bootstrap, 1)
     topics.ensure([gone, stays])
-    producer = module.BatchProducer(kafka_bootstrap)
+    producer = module.BatchProducer(kafka_bootstrap, **{"topic.metadata.refresh.interval.ms": 300})
     try:
         producer.send_table(pa.table({"topic": [gone, stays], "value": ["1", "2"]}), [])
         producer.retire({gone})
@@ -125,13 +144,12 @@ def test_a_worker_producer_is_renewed_once_a_topic_it_wrote_goes_unwritten(kafka
     import time
     import uuid
 
-    import kafka
-
+    from runtime.broker import rdkafka
     from runtime.broker.topics import Topics
     from runtime.spark import kafka_source
 
-    library = kafka.KafkaProducer
-    monkeypatch.setattr(kafka, "KafkaProducer", lambda **config: library(metadata_max_age_ms=300, **config))
+    library = rdkafka.Producer
+    monkeypatch.setattr(rdkafka, "Producer", lambda config: library({**config, "topic.metadata.refresh.interval.ms": 300}))
     monkeypatch.setattr(kafka_source, "_PRODUCERS", {})
     monkeypatch.setattr(kafka_source, "TOPIC_IDLE_RENEW_S", 1.0)
     monkeypatch.setattr(kafka_source, "REAP_EVERY_S", 0.2)
