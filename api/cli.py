@@ -55,6 +55,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="API port (default SANA_API_PORT or 8000)")
     serve.add_argument("--host", help="API address (default SANA_API_HOST or 127.0.0.1)")
 
+    cluster = commands.add_parser("spark-cluster", help="run a Spark standalone cluster here (a master and workers, "
+                                  "separate JVMs) for SANA_SPARK_MASTER=spark://...; Ctrl-C stops it")
+    cluster.add_argument("--workers", type=int, default=2, help="workers (default 2)")
+    cluster.add_argument("--cores", type=int, default=1, help="cores each worker offers (default 1)")
+    cluster.add_argument("--memory", default="1g", help="memory each worker offers (default 1g)")
+    cluster.add_argument("--port", type=int, default=7077, help="the master's port (default 7077)")
+    cluster.add_argument("--dir", type=Path, default=Path(".sana/spark-cluster"), help="logs and work directories")
+    cluster.set_defaults(handler=_spark_cluster)
+
     produce = commands.add_parser("produce", help="generate a RIoTBench-style sensor stream into a topic")
     produce.add_argument("topic")
     produce.add_argument("--kind", choices=("urban", "taxi", "grid", "model"), default="urban", help="stream kind (default urban)")
@@ -140,11 +149,47 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(_server_settings(args))
 
 
-def _produce(args: argparse.Namespace) -> int:
-    from kafka.errors import KafkaError
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
-    from runtime.exceptions import TopicProblem
+
+def _spark_cluster(args: argparse.Namespace) -> int:
+    import signal
+    import time
+
+    from runtime.exceptions import RuntimeFailure
+    from runtime.spark.standalone import StandaloneCluster
+
+    if args.workers < 1 or args.cores < 1:
+        print("sana: --workers and --cores must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    cluster = StandaloneCluster(args.dir, args.workers, args.cores, args.memory, port=args.port)
+    print(f"starting a Spark master and {args.workers} worker(s) of {args.cores} core(s) and {args.memory}; "
+          f"logs in {args.dir}", flush=True)
+    try:
+        cluster.start()
+    except RuntimeFailure as error:
+        print(f"sana: {error.message}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    print(f"Spark master at {cluster.master_url}: run Sana with SANA_SPARK_MASTER={cluster.master_url}; "
+          "Ctrl-C stops the cluster", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while all(daemon.alive() for daemon in cluster.daemons):
+            time.sleep(1)
+        print("sana: a Spark daemon exited; stopping the cluster", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        print("stopping the Spark cluster")
+        return EXIT_OK
+    finally:
+        cluster.stop()
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from runtime.broker.rdkafka import KafkaException
     from runtime.broker.topics import Topics
+    from runtime.exceptions import RuntimeFailure, TopicProblem
     from runtime.workload import produce
     from sana.settings import Settings
 
@@ -169,7 +214,10 @@ def _produce(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("stopped")
         return EXIT_OK
-    except (KafkaError, OSError) as error:
+    except RuntimeFailure as error:
+        print(f"sana: cannot produce to {bootstrap}: {error.message}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except (KafkaException, OSError) as error:
         print(f"sana: cannot produce to {bootstrap}: {error}", file=sys.stderr)
         return EXIT_UNREACHABLE
     print(f"produced {sent} records to {args.topic}")

@@ -13,53 +13,10 @@ import time
 import pytest
 
 from tests.fixtures.kafka_io import produce, read_all, topic_exists, values, wait_for
+from tests.fixtures.sharing import raise_dead_queries, three_overlapping, wait_sink
 from tests.fixtures.streams import as_written, expect_a, expect_b, expect_c, flow_a, flow_b, flow_c, multiset, urban_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
-
-
-def raise_dead_queries(manager) -> None:
-    for query in manager.runtime.queries.values():
-        if not query.alive():
-            raise AssertionError(f"query {query.id} died: {query.error()}")
-
-
-def wait_sink(manager, bootstrap: str, topic: str, expected: list[dict], timeout_s: float = 90.0) -> None:
-    """Wait until ``topic`` holds as many records as expected, then compare as multisets."""
-    received = wait_for(lambda: (got := read_all(bootstrap, topic)) and len(got) >= len(expected) and got,
-                        timeout_s, f"{len(expected)} records on {topic}", check=lambda: raise_dead_queries(manager))
-    assert multiset(values(received)) == multiset(expected), f"{topic} differs from the dataflow run alone"
-
-
-def three_overlapping(manager, bootstrap, topic_factory):
-    """Submit A, then B (shares A's middle task), then C (its own source + a tap on A's hot).
-
-    Input is produced between submissions; each sink is checked against its
-    dataflow run alone on the input produced after its submission.
-    """
-    urban, humid = topic_factory("urban", partitions=2), topic_factory("humid")
-    sinks = {name: f"{urban}-{name}" for name in "abc"}
-    flows = {}
-    phase1, phase2, phase3 = urban_records(0, 400), urban_records(400, 400), urban_records(800, 400)
-    other = urban_records(5000, 300, seed=11)
-
-    flows["a"] = manager.submit(flow_a(urban, sinks["a"]))
-    produce(bootstrap, urban, phase1)
-    wait_sink(manager, bootstrap, sinks["a"], expect_a(phase1))
-
-    flows["b"] = manager.submit(flow_b(urban, sinks["b"]))
-    assert len(manager.runtime.queries) == 1, "B adds no Spark query: its new tasks join A's running query"
-    produce(bootstrap, urban, phase2)
-    wait_sink(manager, bootstrap, sinks["b"], expect_b(phase2))
-
-    flows["c"] = manager.submit(flow_c(urban, humid, sinks["c"]))
-    assert len(manager.runtime.queries) == 2, "C has a source of its own: one more query, tapping A's hot"
-    produce(bootstrap, urban, phase3)
-    produce(bootstrap, humid, other)
-    wait_sink(manager, bootstrap, sinks["a"], expect_a(phase1 + phase2 + phase3))
-    wait_sink(manager, bootstrap, sinks["b"], expect_b(phase2 + phase3))
-    wait_sink(manager, bootstrap, sinks["c"], as_written(expect_c(phase3, other)))
-    return urban, humid, sinks, flows
 
 
 def test_overlapping_dataflows_give_what_each_gives_alone(manager_factory, kafka_bootstrap, topic_factory):
