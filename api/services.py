@@ -49,6 +49,7 @@ def build_services(settings: Settings) -> Services:
         reshape = ReshapeSettings(
             enabled=settings.reshape_enabled, split=settings.reshape_split, eta=settings.reshape_eta,
             tau_min=settings.reshape_tau_min, tau_max=settings.reshape_tau_max, max_helpers=settings.reshape_max_helpers,
+            min_excess_rows=settings.reshape_min_excess_rows,
         )
         runtime = SparkRuntime(client, settings.state_prefix, settings.effective_kafka_bootstrap,
                                settings.spark_master, settings.checkpoint_dir, trigger_s=settings.trigger_s,

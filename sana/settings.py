@@ -148,6 +148,10 @@ class Settings(BaseSettings):
     reshape_tau_min: float = Field(0.1, gt=0.0, le=64.0, description="Lowest load gap (in fair shares) Reshape's adaptive tau may take.")
     reshape_tau_max: float = Field(0.5, gt=0.0, le=64.0, description="Highest load gap (in fair shares) Reshape's adaptive tau may take.")
     reshape_max_helpers: int = Field(3, ge=1, le=63, description="Most helpers Reshape gives one skewed worker.")
+    reshape_min_excess_rows: int = Field(
+        2_000, ge=0, le=100_000_000,
+        description="Reshape stays quiet while a skewed worker's rows above its fair share of a batch are fewer "
+        "(a split of a few hundred rows costs more than it saves); 0: split at any load.")
 
     @model_validator(mode="after")
     def _tau_range(self) -> "Settings":

@@ -36,6 +36,9 @@ class ReshapeOptions(OperatorConfig):
     tau_min: float | None = Field(None, gt=0.0, le=64.0, description="lowest load gap tau may adapt to")
     tau_max: float | None = Field(None, gt=0.0, le=64.0, description="highest load gap tau may adapt to")
     max_helpers: int | None = Field(None, ge=1, le=MAX_WORKERS - 1, description="helpers one skewed worker may get")
+    min_excess_rows: int | None = Field(
+        None, ge=0, le=100_000_000,
+        description="no split starts while the skewed worker's rows above its fair share per batch are fewer")
 
     @model_validator(mode="after")
     def _tau_range(self) -> "ReshapeOptions":

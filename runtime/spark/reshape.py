@@ -76,6 +76,11 @@ class ReshapeSettings:
     min_sample: int = 2
     horizon_s: float = 60.0
     move_us_per_row: float = 2.0
+    # No split starts while the skewed worker's rows above its fair share (mean of the last two batches) are fewer:
+    # a keyed task costs about 15 ms plus 0.8 ms per 1,000 rows (docs/skew.md), so below a few thousand rows a
+    # split saves less than the partials, replicas and state moves it adds. The service sets 2,000
+    # (SANA_RESHAPE_MIN_EXCESS_ROWS); 0 here, for the algorithm as the paper gives it.
+    min_excess_rows: int = 0
 
     def override(self, options: Any | None) -> "ReshapeSettings":
         """These settings with every field ``options`` (a :class:`ReshapeOptions`) sets."""
@@ -250,6 +255,11 @@ class Controller:
         recent = list(self.samples)[-batches:]
         return sum(sample.processed[worker] for sample in recent) / len(recent)
 
+    def _recent_fair_rows(self, batches: int = 2) -> float:
+        """A worker's fair share of a batch now, in rows: the mean over the last ``batches``."""
+        recent = list(self.samples)[-batches:]
+        return sum(sample.fair_rows for sample in recent) / len(recent)
+
     def _since(self, first: int) -> list[Sample]:
         chosen = [sample for sample in self.samples if sample.batch >= first]
         return chosen or list(self.samples)[-1:]
@@ -284,7 +294,7 @@ class Controller:
             if skewed in busy:
                 continue
             current = self._recent(skewed)
-            if current < settings.eta:
+            if current < settings.eta or (current - 1.0) * self._recent_fair_rows() < settings.min_excess_rows:
                 break
             free = sorted((worker for worker in range(self.workers) if worker not in busy and worker != skewed),
                           key=self._recent)

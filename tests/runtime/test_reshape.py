@@ -133,6 +133,25 @@ def test_no_mitigation_when_moving_state_takes_longer_than_the_horizon():
     assert any(event["event"] == "not started" for event in controller.events)
 
 
+def test_no_split_while_the_skewed_workers_excess_rows_are_too_few_to_pay():
+    """The demo's keyed operators hold a few dozen rows a batch: a 5x skew of that is noise, not work to share."""
+    settings = ReshapeSettings(min_excess_rows=2000)
+    quiet = Controller(4, 4, settings)
+    small = _one_side([500, 100, 100, 100])  # 2.5x its fair share, but 300 rows above it
+    for _ in range(6):
+        assert quiet.observe(small, [0, 1, 2, 3]) is None
+    assert quiet.detections == 0
+
+    busy = Controller(4, 4, settings)
+    large = _one_side([9000, 1000, 1000, 1000])  # 3,000 rows a worker, 6,000 above it
+    busy.observe(large, [0, 1, 2, 3])
+    decision = busy.observe(large, [0, 1, 2, 3])
+    assert decision is not None and decision["splits"][0]["worker"] == 0
+    paper = Controller(4, 4, ReshapeSettings())  # min_excess_rows 0: the same small skew is split
+    paper.observe(small, [0, 1, 2, 3])
+    assert paper.observe(small, [0, 1, 2, 3]) is not None
+
+
 def test_reshape_options_override_the_settings_and_reject_a_reversed_tau_range():
     resolved = ReshapeSettings().override(ReshapeOptions(eta=2.0, max_helpers=1))
     assert (resolved.eta, resolved.max_helpers, resolved.tau_max) == (2.0, 1, 0.5)
