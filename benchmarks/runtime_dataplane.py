@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from api.launcher import Launcher
 from manager.service import Manager
@@ -71,6 +70,32 @@ def tree_cpu_seconds(root: int | None = None) -> float:
     return total / TICK
 
 
+def _steady_state(query, rows: int, warmup_batches: int = 2) -> dict[str, Any]:
+    """CPU and time per row over the batches after the first ``warmup_batches`` (the query's start, the Python
+    workers' and the generated code's first use are left out), until ``rows`` rows are processed in all."""
+    def done() -> tuple[int, int, float]:
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        return (len(progress), sum(p["numInputRows"] for p in progress),
+                sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000)
+
+    start = None
+    while True:
+        if query.exception():
+            raise query.exception()
+        batches, processed, busy = done()
+        if start is None and batches >= warmup_batches:
+            start = (tree_cpu_seconds(), processed, busy, batches)
+        if processed >= rows:
+            break
+        time.sleep(0.02)
+    if start is None or processed <= start[1]:
+        raise SystemExit(f"too few batches to measure after {warmup_batches} of warm-up: raise the rows")
+    cpu = tree_cpu_seconds() - start[0]
+    measured = processed - start[1]
+    return {"measured_rows": measured, "measured_batches": batches - start[3],
+            "rows_per_s_busy": round(measured / (busy - start[2])), "cpu_s_per_million_rows": round(cpu / measured * 1e6, 1)}
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round((len(ordered) - 1) * q / 100)))]
@@ -82,23 +107,33 @@ def record(i: int, sent: float | None = None) -> dict[str, Any]:
 
 
 class SteadyProducer:
-    """Produces ``rate`` records/s carrying their send time until stopped."""
+    """Produces ``rate`` records/s carrying their send time until stopped (librdkafka, in 10 ms ticks)."""
+
+    TICK_S = 0.01
 
     def __init__(self, bootstrap: str, topic: str, rate: float) -> None:
-        self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
+        from runtime.broker import rdkafka
+
+        self.producer = rdkafka.producer(bootstrap, idempotent=False, delivery_timeout_ms=30_000, **{"linger.ms": 2})
+        self.failures = rdkafka.Failures()
         self.topic, self.rate = topic, rate
+        self.sent = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        began, i = time.monotonic(), 0
+        from runtime.broker import rdkafka
+
+        began = time.monotonic()
         while not self.stop.is_set():
-            wait = began + i / self.rate - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            self.producer.send(self.topic, json.dumps(record(i)).encode())
-            i += 1
-        self.producer.flush()
+            due = int((time.monotonic() - began) * self.rate)
+            now = time.time()
+            for i in range(self.sent, due):
+                rdkafka.produce_one(self.producer, self.topic, json.dumps(record(i, now)).encode(), None, self.failures)
+            self.sent = max(self.sent, due)
+            self.producer.poll(0)
+            time.sleep(self.TICK_S)
+        rdkafka.flush(self.producer, 30)
 
     def __enter__(self) -> "SteadyProducer":
         self.thread.start()
@@ -107,31 +142,43 @@ class SteadyProducer:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join()
-        self.producer.close()
+        assert not self.failures.records, f"{len(self.failures.records)} input records were not written"
 
 
 class Arrivals:
-    """Consumes topics from their end and records (arrival time - sent) for each record."""
+    """Consumes topics from their beginning and records (arrival time - sent) for every ``sample``-th record."""
 
-    def __init__(self, bootstrap: str, topics: list[str]) -> None:
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, fetch_max_wait_ms=20)
-        parts = [TopicPartition(topic, 0) for topic in topics]
-        self.consumer.assign(parts)
-        self.consumer.seek_to_beginning(*parts)
+    def __init__(self, bootstrap: str, topics: list[str], sample: int = 1) -> None:
+        from runtime.broker import rdkafka
+
+        self.consumer = rdkafka.consumer(bootstrap, **{"fetch.wait.max.ms": 10})
+        self.consumer.assign([rdkafka.TopicPartition(topic, 0, 0) for topic in topics])
+        self.sample = sample
         self.latencies: dict[str, list[float]] = {topic: [] for topic in topics}
+        self.received: dict[str, int] = {topic: 0 for topic in topics}
         self.first: dict[str, float] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self.stop.is_set():
-            for tp, records in self.consumer.poll(timeout_ms=50).items():
-                now = time.time()
-                self.first.setdefault(tp.topic, now)
-                for item in records:
-                    sent = json.loads(item.value).get("sent")
+            messages = self.consumer.consume(10_000, 0.05)
+            now = time.time()
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                topic = message.topic()
+                self.first.setdefault(topic, now)
+                count = self.received[topic]
+                self.received[topic] = count + 1
+                if count % self.sample == 0:
+                    sent = json.loads(message.value()).get("sent")
                     if sent is not None:
-                        self.latencies[tp.topic].append(1000 * (now - sent))
+                        self.latencies[topic].append(1000 * (now - sent))
+
+    def clear(self) -> None:
+        for values in self.latencies.values():
+            values.clear()
 
     def __enter__(self) -> "Arrivals":
         self.thread.start()
@@ -203,12 +250,14 @@ class Bench:
 
     def throughput(self, rows: int) -> dict[str, Any]:
         topic, sink = self.topic("tp-in"), self.topic("tp-out")
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=50, batch_size=1 << 20)
+        from runtime.broker import rdkafka
+
+        producer, failures = rdkafka.producer(self.bootstrap, **{"linger.ms": 50}), rdkafka.Failures()
         sent = time.time()
         for i in range(rows):
-            producer.send(topic, json.dumps(record(i, sent)).encode())
-        producer.flush()
-        producer.close()
+            rdkafka.produce_one(producer, topic, json.dumps(record(i, sent)).encode(), None, failures)
+        rdkafka.flush(producer, 60)
+        assert not failures.records, "the backlog was not written"
         tasks = [
             TaskSpec("src", "s", "source", {"topic": topic, "schema": URBAN}, None, (), "f", URBAN),
             TaskSpec("hot", "h", "filter", {"expr": "temp > 30"}, None, (("in", "src"),), "f", URBAN),
@@ -223,30 +272,29 @@ class Bench:
             query = FragmentQuery(self.spark, f"bench-{batch_rows}", {topic: {"0": 0}}, self.bootstrap,
                                   Path(tempfile.mkdtemp()), 0.5, max_records_per_batch=batch_rows, producer=BatchProducer(self.bootstrap))
             query.set_plan(QueryPlan(1, tuple(tasks), {}, (("out", sink),), {t.id: t.schema for t in tasks}))
-            cpu0, wall0 = tree_cpu_seconds(), time.monotonic()
+            wall0 = time.monotonic()
             query.start()
-            query.query.processAllAvailable()
-            wall, cpu = time.monotonic() - wall0, tree_cpu_seconds() - cpu0
+            steady = _steady_state(query.query, rows)
+            wall = time.monotonic() - wall0
             progress = [p for p in query.query.recentProgress if p["numInputRows"]]
-            busy = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
             query.close()
             results[f"kafka_fragment_max_{batch_rows}_per_batch"] = {
-                "rows": rows, "batches": len(progress), "wall_s_incl_start": round(wall, 2),
-                "rows_per_s_busy": round(rows / busy), "rows_per_s_wall": round(rows / wall),
-                "cpu_s_per_million_rows": round(cpu / rows * 1e6, 1),
+                "rows": rows, "batches": len(progress), "wall_s_incl_start": round(wall, 2), **steady,
                 "batch_ms_p50": round(statistics.median(p["durationMs"]["triggerExecution"] for p in progress)),
             }
-        results["spark_rate_source_same_query"] = self._rate_anchor(rows, sink)
+        for batch_rows in (20_000, 100_000):
+            results[f"spark_rate_source_{batch_rows}_per_batch"] = self._rate_anchor(rows, sink, batch_rows)
         return results
 
-    def _rate_anchor(self, rows: int, sink: str) -> dict[str, Any]:
+    def _rate_anchor(self, rows: int, sink: str, batch_rows: int) -> dict[str, Any]:
+        """Spark's ``rate`` source offering ``batch_rows`` per 0.5 s trigger, through the same query and writes."""
         from pyspark.sql import functions as F
 
         from runtime.broker.producer import BatchProducer
         from runtime.spark.builders import encode_records
 
         producer = BatchProducer(self.bootstrap)
-        rate = 200_000
+        rate = 2 * batch_rows
 
         def write(df, batch_id):
             out = df.where("temp > 30").select("sensor", (F.col("temp") * 9 / 5 + 32).alias("f"), "ts")
@@ -255,25 +303,16 @@ class Bench:
         frame = (self.spark.readStream.format("rate").option("rowsPerSecond", rate).option("numPartitions", 2).load()
                  .select(F.concat(F.lit("s"), (F.col("value") % 16).cast("string")).alias("sensor"),
                          (F.col("value") % 50).cast("double").alias("temp"), F.col("timestamp").alias("ts")))
-        cpu0 = tree_cpu_seconds()
         query = (frame.writeStream.foreachBatch(write).option("checkpointLocation", tempfile.mkdtemp())
                  .trigger(processingTime="500 milliseconds").start())
         try:
-            while sum(p["numInputRows"] for p in query.recentProgress) < rows:
-                if query.exception():
-                    raise query.exception()
-                time.sleep(0.5)
+            steady = _steady_state(query, rows)
         finally:
             query.stop()
             producer.close()
-        cpu = tree_cpu_seconds() - cpu0
         progress = [p for p in query.recentProgress if p["numInputRows"]]
-        done = sum(p["numInputRows"] for p in progress)
-        busy = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
-        return {"rows": done, "batches": len(progress), "rows_per_s_offered": rate,
-                "rows_per_s_busy": round(done / busy), "rows_per_s_processed_p50": round(statistics.median(p["processedRowsPerSecond"] for p in progress)),
-                "cpu_s_per_million_rows": round(cpu / done * 1e6, 1),
-                "batch_ms_p50": round(statistics.median(p["durationMs"]["triggerExecution"] for p in progress))}
+        return {"rows": sum(p["numInputRows"] for p in progress), "batches": len(progress), "rows_per_s_offered": rate,
+                **steady, "batch_ms_p50": round(statistics.median(p["durationMs"]["triggerExecution"] for p in progress))}
 
     # -- one Kafka hop ----------------------------------------------------------------------------
 
@@ -295,6 +334,61 @@ class Bench:
                     "one_query_ms": {"p50": round(pct(one, 50)), "p99": round(pct(one, 99))},
                     "two_queries_via_kafka_ms": {"p50": round(pct(two, 50)), "p99": round(pct(two, 99))},
                     "added_by_the_hop_ms": {"p50": round(pct(two, 50) - pct(one, 50)), "p99": round(pct(two, 99) - pct(one, 99))}}
+        finally:
+            self.drop(manager, prefix)
+
+    # -- end-to-end latency by rate, and the highest rate one fragment sustains ----------------------
+
+    def latency(self, rates: list[float], seconds: float, trigger_s: float) -> dict[str, Any]:
+        """A source -> filter -> select -> sink dataflow (one query) fed at each rate; latency from the record's
+        send time to its arrival on the sink, the output rate, and whether the source lag grew."""
+        results = {}
+        for rate in rates:
+            results[str(int(rate))] = self._steady(rate, seconds, trigger_s)
+            print(f"latency at {rate:g}/s: {results[str(int(rate))]}", file=sys.stderr, flush=True)
+        results["trigger_s"], results["window_s"] = trigger_s, seconds
+        return results
+
+    def ceiling(self, start: float, step: float, seconds: float, trigger_s: float) -> dict[str, Any]:
+        """Raise the rate by ``step`` until the fragment falls behind (lag grows or output < 95 % of input)."""
+        runs, rate, highest = {}, start, None
+        while True:
+            run = self._steady(rate, seconds, trigger_s)
+            runs[str(int(rate))] = run
+            print(f"ceiling at {rate:g}/s: {run}", file=sys.stderr, flush=True)
+            if not run["sustained"]:
+                break
+            highest, rate = rate, rate + step
+        return {"highest_sustained_rate_per_s": highest, "runs": runs, "trigger_s": trigger_s, "window_s": seconds}
+
+    def _steady(self, rate: float, seconds: float, trigger_s: float) -> dict[str, Any]:
+        manager, prefix = self.manager(trigger_s=trigger_s)
+        try:
+            topic = self.topic("lat-in")
+            sink = f"{topic}-out"
+            manager.submit(flow(topic, sink, -1, "latency"))
+            with Arrivals(self.bootstrap, [sink], sample=max(1, int(rate // 1000))) as arrivals, \
+                    SteadyProducer(self.bootstrap, topic, rate) as producer:
+                time.sleep(8)  # warm-up: the first batches, the Python workers
+                arrivals.clear()
+                received0, sent0 = arrivals.received[sink], producer.sent
+                cpu0, wall0 = tree_cpu_seconds(), time.monotonic()
+                time.sleep(seconds)
+                elapsed = time.monotonic() - wall0
+                cores = (tree_cpu_seconds() - cpu0) / elapsed
+                out_rate = (arrivals.received[sink] - received0) / elapsed
+                in_rate = (producer.sent - sent0) / elapsed
+            latencies = list(arrivals.latencies[sink])
+            half = len(latencies) // 2
+            # falling behind shows as latency that keeps growing (each batch takes all there is: no lag to read)
+            first, second = pct(latencies[:half] or [0], 50), pct(latencies[half:] or [0], 50)
+            growing = second > first + 1000 * trigger_s
+            return {"rate_offered": rate, "rate_produced": round(in_rate), "rate_out": round(out_rate),
+                    "e2e_ms_p50": round(pct(latencies, 50)) if latencies else None,
+                    "e2e_ms_p99": round(pct(latencies, 99)) if latencies else None,
+                    "e2e_ms_p50_first_half": round(first), "e2e_ms_p50_second_half": round(second),
+                    "cores": round(cores, 2),
+                    "sustained": not growing and out_rate >= 0.9 * in_rate and in_rate >= 0.95 * rate}
         finally:
             self.drop(manager, prefix)
 
@@ -362,7 +456,9 @@ class Bench:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("parts", nargs="*", default=["throughput", "hop", "post", "scale"])
+    parser.add_argument("parts", nargs="*", default=["throughput", "hop", "post", "scale", "latency", "ceiling"])
+    parser.add_argument("--trigger", type=float, default=1.0, help="latency, ceiling: the trigger interval (s)")
+    parser.add_argument("--rates", default="1000,10000,50000", help="latency: comma-separated records/s")
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test of the script)")
     parser.add_argument("--counts", help="scale: comma-separated dataflow counts (default 1,10,30)")
     parser.add_argument("--modes", default="hosting,one_query_per_fragment", help="scale: which runtimes to compare")
@@ -373,11 +469,16 @@ def main() -> None:
         for part in args.parts:
             started = time.monotonic()
             if part == "throughput":
-                out[part] = bench.throughput(50_000 if args.quick else 300_000)
+                out[part] = bench.throughput(100_000 if args.quick else 600_000)
             elif part == "hop":
                 out[part] = bench.hop(10 if args.quick else 30, 100)
             elif part == "post":
                 out[part] = bench.post(100)
+            elif part == "latency":
+                out[part] = bench.latency([float(rate) for rate in args.rates.split(",")], 10 if args.quick else 30,
+                                          args.trigger)
+            elif part == "ceiling":
+                out[part] = bench.ceiling(20_000, 20_000, 10 if args.quick else 30, args.trigger)
             elif part == "scale":
                 counts = [int(n) for n in args.counts.split(",")] if args.counts else ([1, 3] if args.quick else [1, 10, 30])
                 out[part] = bench.scale(counts, 10 if args.quick else 20, 200, args.modes)
@@ -388,7 +489,14 @@ def main() -> None:
     print(text)
     results = Path(__file__).parent / "results"
     results.mkdir(exist_ok=True)
-    (results / "runtime_dataplane.json").write_text(text + "\n")
+    path = results / "runtime_dataplane.json"
+    # parts run now replace their earlier results; the others are kept, each with the command and time it ran
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    for part in args.parts:
+        kept[part] = {**out[part], "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                      "command": out["command"]}
+    kept["machine"] = out["machine"]
+    path.write_text(json.dumps(kept, indent=2) + "\n")
 
 
 if __name__ == "__main__":
