@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,9 +117,11 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("--role", choices=("user", "admin"), default="user")
     new.set_defaults(handler=_token_new)
 
-    from api.cli_wan import add_wan_sim_parser
-
-    add_wan_sim_parser(commands)
+    # The simulator sits above the service (wan_sim/): the CLI runs it as a program rather than import it.
+    wan = commands.add_parser("wan-sim", add_help=False, help="simulate a WAN scenario under a sharing policy and "
+                              "print JSON (python -m wan_sim SCENARIO --policy P; --help for its options)")
+    wan.add_argument("arguments", nargs=argparse.REMAINDER)
+    wan.set_defaults(handler=_wan_sim)
     return parser
 
 
@@ -147,6 +150,10 @@ def _serve(args: argparse.Namespace) -> int:
     from api.launcher import serve
 
     return serve(_server_settings(args))
+
+
+def _wan_sim(args: argparse.Namespace) -> int:
+    return subprocess.call([sys.executable, "-m", "wan_sim", *args.arguments])
 
 
 def _interrupt(signum, frame) -> None:

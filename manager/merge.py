@@ -30,11 +30,11 @@ from manager.model import Dataflow
 from manager.reuse import plan_reuse
 from manager.state import RunningSet, State, SubmittedDataflow
 from manager.traffic import link_loads_in_use, rates_in_use
-from optimizer.model import SANA, QueryPlan
+from planning.model import SANA, QueryPlan
 from optimizer.planner import admit_shares
 from runtime.plan import Change, TaskSpec
 from scheduler.assignment import assign_by_locality, assign_by_wan
-from wan_sim.monitor import WanMonitor
+from wan.monitor import WanMonitor
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
 
     Raises :class:`SinkTopicTaken` if a new sink would write a topic that a
     running sink of another owner writes (or, with a WAN configuration, another
-    instance of the same computation); :class:`~wan_sim.exceptions.WanSiteUnknown` when a
+    instance of the same computation); :class:`~wan.exceptions.WanSiteUnknown` when a
     source's site is unknown to the WAN configuration;
     :class:`~scheduler.exceptions.PlacementImpossible` when no site can run a task.
     With ``sharing`` off nothing already running is reused (see :func:`isolated`).

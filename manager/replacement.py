@@ -31,7 +31,7 @@ from manager.validate import parse_dataflow
 from runtime.operators.limits import OperatorLimits
 from runtime.plan import Change
 from sana.errors import SanaError
-from wan_sim.monitor import WanMonitor
+from wan.monitor import WanMonitor
 
 
 def hot_links(state: State, measured: Mapping[str, float], threshold: float) -> list[dict[str, Any]]:

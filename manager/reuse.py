@@ -2,7 +2,7 @@
 
 A submitted dataflow becomes a *query*: one vertex per distinct signature
 (tasks equal within the dataflow are de-duplicated), parents first, as the
-optimizer and the scheduler take it (:class:`~optimizer.model.QueryTask`).
+optimizer and the scheduler take it (:class:`~planning.model.QueryTask`).
 The reuse plan adds what only the manager knows:
 
 - without a WAN configuration, which vertices an equivalent running task
@@ -27,9 +27,9 @@ from typing import Any
 from manager.model import Dataflow
 from manager.state import State
 from manager.traffic import measured_by_signature
-from optimizer.model import QueryTask
-from wan_sim.exceptions import WanSiteUnknown
-from wan_sim.topology import WanConfig
+from planning.model import QueryTask
+from wan.exceptions import WanSiteUnknown
+from wan.topology import WanConfig
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def plan_reuse(state: State, flow: Dataflow, measured: Mapping[str, float] | Non
 
     ``measured`` maps running task ids onto the output Mbps the runtime
     measured (:mod:`manager.traffic`). Raises
-    :class:`~wan_sim.exceptions.WanSiteUnknown` when a task's site is unknown
+    :class:`~wan.exceptions.WanSiteUnknown` when a task's site is unknown
     to the WAN configuration or cannot compute.
 
     >>> from manager.validate import parse_dataflow

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from optimizer.model import RunningTask
+from planning.model import RunningTask
 from optimizer.rates import estimate_rate
 from runtime.plan import TaskSpec
-from wan_sim.topology import WanConfig
+from wan.topology import WanConfig
 
 #: Link loads closer to zero than this are zero (float residue of adding and removing rates).
 LOAD_EPSILON = 1e-9
@@ -217,10 +217,6 @@ class State:
             result |= self.users[task_id]
         return result
 
-    def dataflow_dags(self, dataflow_id: str) -> set[str]:
-        """Φ: the running DAGs holding a dataflow's tasks (one unless the dataflow is disconnected)."""
-        return {self.dag_of[task_id] for task_id in self.dataflows[dataflow_id].running_ids()}
-
     def running_streams(self) -> int:
         return sum(len(task.inputs) for task in self.tasks.values())
 
@@ -248,7 +244,7 @@ def parents_first(tasks: Mapping[str, TaskSpec]) -> list[str]:
 
 
 class RunningSet:
-    """The running set as the optimizer reads it (:class:`optimizer.model.RunningView`).
+    """The running set as the optimizer reads it (:class:`planning.model.RunningView`).
 
     Tasks started before a WAN configuration existed have no site; they are
     located where their data is: a source at its topic's configured origin,

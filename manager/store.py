@@ -34,8 +34,8 @@ from manager.exceptions import StateBusy, StateCorrupt
 from manager.merge import MergePlan, UnmergePlan
 from manager.state import State, SubmittedDataflow
 from runtime.plan import TaskSpec
-from wan_sim.exceptions import WanConfigInvalid
-from wan_sim.topology import WanConfig, parse_wan_config
+from wan.exceptions import WanConfigInvalid
+from wan.topology import WanConfig, parse_wan_config
 
 log = logging.getLogger("sana.manager.store")
 
@@ -304,11 +304,6 @@ class Store:
                 pipe.set(self.wan, json.dumps(wan.to_dict()))
 
         return self._commit(state.version, write)
-
-    def read_wan(self) -> WanConfig | None:
-        """The stored WAN configuration, if any."""
-        raw = self.redis.get(self.wan)
-        return None if raw is None else parse_wan_config(raw)
 
     def _commit(self, expected: int | None, write, expect_missing: bool = False) -> int:
         with self.redis.pipeline(transaction=True) as pipe:

@@ -20,10 +20,10 @@ share afterwards if one still would (:func:`optimizer.planner.admit_shares`).
 
 from __future__ import annotations
 
-from scheduler.context import PlanContext
-from optimizer.model import Admitted, Check, InCandidate, QueryTask, Refusal, RunningTask
+from planning.context import PlanContext
+from planning.model import Admitted, Check, InCandidate, QueryTask, Refusal, RunningTask
 from optimizer.opportunities import Opportunities
-from wan_sim.monitor import fits
+from wan.monitor import fits
 
 
 def egress_needs(task: QueryTask, site: str, producer_arrivals: set[str], ctx: PlanContext) -> list[tuple[tuple[str, str], float]]:

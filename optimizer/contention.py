@@ -2,7 +2,7 @@
 
 Backpressure slows every source to the pace of its most contended link,
 and with it every query that reads that source, its other paths included
-(:mod:`wan_sim.flow`). A plan's own peak utilization sees only the links it
+(:mod:`wan.flow`). A plan's own peak utilization sees only the links it
 adds to; the throughput the whole running set would deliver with the plan
 sees what it does to the queries already running as well.
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from optimizer.model import QueryPlan, QueryTask, RunningTask
-from wan_sim.flow import FlowTask, max_min_throttles, source_vectors, stream_crossings
-from wan_sim.monitor import WanMonitor
+from planning.model import QueryPlan, QueryTask, RunningTask
+from wan.flow import FlowTask, max_min_throttles, source_vectors, stream_crossings
+from wan.monitor import WanMonitor
 
 
 def delivered_mbps(
@@ -41,7 +41,7 @@ def delivered_mbps(
     ignored, and a task without any other input counts as a source at its own rate (what it receives is not
     counted). Both plans of a query see the same running set, so the comparison stays fair.
 
-    >>> from wan_sim.topology import parse_wan_config
+    >>> from wan.topology import parse_wan_config
     >>> wan = WanMonitor(parse_wan_config({"sites": ["x", "y"], "links": [
     ...     {"from": "x", "to": "y", "bandwidth_mbps": 10, "latency_ms": 5}]}))
     >>> running = [RunningTask("s", "sig-s", "source", "x", (), 40.0),

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizer.model import InCandidate, QueryTask, RunningTask
-from scheduler.context import PlanContext
+from planning.model import InCandidate, QueryTask, RunningTask
+from planning.context import PlanContext
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ from typing import Any
 
 from optimizer.algorithm1 import admit
 from optimizer.contention import Contention
-from optimizer.model import (SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningTask, RunningView,
+from planning.model import (SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningTask, RunningView,
                             VertexAdmission, Weighing)
 from optimizer.opportunities import find_opportunities
 from optimizer.rates import with_rates
-from scheduler.context import PlanContext
+from planning.context import PlanContext
 from scheduler.placement import place
-from wan_sim.monitor import WanMonitor, fits
+from wan.monitor import WanMonitor, fits
 
 HEADROOM = 2.0
 """The traffic growth :func:`standing` checks a plan against, as a multiple of today's rates."""
@@ -167,7 +167,7 @@ def plan_query(
     Raises :class:`~scheduler.exceptions.PlacementImpossible` when a task
     cannot be placed (a source without a site, no reachable compute site).
 
-    >>> from wan_sim.topology import parse_wan_config
+    >>> from wan.topology import parse_wan_config
     >>> from optimizer.views import EmptyRunning
     >>> wan = WanMonitor(parse_wan_config({"sites": [{"name": "x", "compute": False}, "a", "b"],
     ...     "links": [{"from": "x", "to": "a", "bandwidth_mbps": 100, "latency_ms": 10},
@@ -193,8 +193,8 @@ def standing(plan: QueryPlan, query: Sequence[QueryTask], running: Sequence[Runn
     queries to come); then the Mbps it adds to the WAN; then :func:`pressure`. Rounded, so that plans that
     do the same compare equal.
 
-    >>> from optimizer.model import Decision
-    >>> from wan_sim.topology import parse_wan_config
+    >>> from planning.model import Decision
+    >>> from wan.topology import parse_wan_config
     >>> monitor = WanMonitor(parse_wan_config({"sites": ["a", "b"], "links": [
     ...     {"from": "a", "to": "b", "bandwidth_mbps": 30, "latency_ms": 5}]}))
     >>> query = (QueryTask("s", "sig-s", "source", rate_mbps=20.0, site="a"),
@@ -217,7 +217,7 @@ def pressure(plan: QueryPlan, wan: WanMonitor) -> tuple[float, float]:
     link it adds to (backpressure slows a source to its most contended link), then the Mbps it adds beyond
     spare bandwidth in all.
 
-    >>> from wan_sim.topology import parse_wan_config
+    >>> from wan.topology import parse_wan_config
     >>> monitor = WanMonitor(parse_wan_config({"sites": ["a", "b"], "links": [
     ...     {"from": "a", "to": "b", "bandwidth_mbps": 10, "latency_ms": 5}]}), {("a", "b"): 6.0})
     >>> pressure(QueryPlan({}, link_delta={("a", "b"): 8.0}), monitor)

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from optimizer.model import QueryTask
-from wan_sim.topology import WanConfig
+from planning.model import QueryTask
+from wan.topology import WanConfig
 
 
 def estimate_rate(task_type: str, config: Mapping[str, Any], parent_rates: Iterable[float], wan: WanConfig) -> float:
@@ -17,7 +17,7 @@ def estimate_rate(task_type: str, config: Mapping[str, Any], parent_rates: Itera
     else ``default_source_mbps``); any other task its type's factor times the
     sum of its inputs.
 
-    >>> from wan_sim.topology import parse_wan_config
+    >>> from wan.topology import parse_wan_config
     >>> wan = parse_wan_config({"sites": ["a"], "sources": {"t": {"site": "a", "rate_mbps": 8}}, "selectivity": {"filter": 0.25}})
     >>> estimate_rate("source", {"topic": "t"}, [], wan), estimate_rate("filter", {}, [8.0], wan), estimate_rate("union", {}, [1.0, 2.0], wan)
     (8.0, 2.0, 3.0)
@@ -36,7 +36,7 @@ def with_rates(query: Sequence[QueryTask], wan: WanConfig, configs: Mapping[str,
     ``configs`` gives the task configurations a source's rate is looked up by (its topic); a rate that is
     set (a measurement, the simulator's stream rates) is kept.
 
-    >>> from wan_sim.topology import parse_wan_config
+    >>> from wan.topology import parse_wan_config
     >>> wan = parse_wan_config({"sites": ["a"], "selectivity": {"filter": 0.5}, "default_source_mbps": 4})
     >>> [task.rate_mbps for task in with_rates([QueryTask("s", "1", "source", rate_mbps=None),
     ...     QueryTask("f", "2", "filter", (("in", "s"),), rate_mbps=None), QueryTask("g", "3", "filter", (("in", "s"),), rate_mbps=1.0)], wan)]

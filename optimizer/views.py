@@ -1,10 +1,10 @@
-"""Small :class:`~optimizer.model.RunningView` implementations: nothing running, or a dict of tasks."""
+"""Small :class:`~planning.model.RunningView` implementations: nothing running, or a dict of tasks."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from optimizer.model import RunningTask
+from planning.model import RunningTask
 
 
 class EmptyRunning:

@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from optimizer.model import QueryPlan, QueryTask, RunningView
+from planning.model import QueryPlan, QueryTask, RunningView
 from scheduler.fragments import assign_fragments, default_site
 from scheduler.placement import AdmissionSource, place
-from wan_sim.monitor import WanMonitor
+from wan.monitor import WanMonitor
 
 
 class Placed(Protocol):

@@ -12,4 +12,3 @@ class PlacementImpossible(SanaError):
     """
 
     code = "PLACEMENT_IMPOSSIBLE"
-    status = 422

@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from optimizer.model import (Admitted, Decision, PlanningOptions, QueryPlan, QueryTask, Ref, Refusal, RunningTask, RunningView,
+from planning.model import (Admitted, Decision, PlanningOptions, QueryPlan, QueryTask, Ref, Refusal, RunningTask, RunningView,
                              VertexAdmission, Weighing)
-from scheduler.context import PlanContext
+from planning.context import PlanContext
 from scheduler.exceptions import PlacementImpossible
-from wan_sim.monitor import WanMonitor, fits
+from wan.monitor import WanMonitor, fits
 
 
 class AdmissionSource(Protocol):

@@ -1,10 +1,11 @@
-"""Sites, links, the WAN monitor and the flow model comparing sharing policies (docs/wan.md).
+"""The WAN simulator: scenarios, sharing policies and the runs that compare them (docs/wan.md).
 
-- :mod:`wan_sim.topology`: the WAN configuration (sites, links, stream origins);
-- :mod:`wan_sim.monitor`: spare bandwidth and utilization per link, read by the optimizer and the scheduler;
-- :mod:`wan_sim.flow`: max-min fair flow model with backpressure, throughput, WAN Mbps, latency;
-- :mod:`wan_sim.scenario`, :mod:`wan_sim.policies`, :mod:`wan_sim.simulate`: scenarios, policies, runs;
-- :mod:`wan_sim.workloads`: the 14-site, 12-query workload of the experiments.
+- :mod:`wan_sim.scenario`: a scenario file (a WAN, sources and queries arriving over time);
+- :mod:`wan_sim.policies`: the sharing policies compared (Sana, IN-OP only, none, ...);
+- :mod:`wan_sim.simulate`: runs the optimizer and scheduler epoch by epoch on the WAN model;
+- :mod:`wan_sim.workloads`: the 14-site, 12-query workload of the experiments;
+- :mod:`wan_sim.cli`: ``python -m wan_sim SCENARIO --policy P`` (also ``sana wan-sim``).
 
-Nothing here imports Spark.
+A top floor, like ``benchmarks``: it uses the service's packages and nothing in the
+service imports it. Nothing here imports Spark.
 """

@@ -1,31 +1,8 @@
-"""Errors of the WAN model: its configuration, scenarios and policies."""
+"""Errors of the WAN simulator: its scenarios and policies."""
 
 from __future__ import annotations
 
-from sana.errors import SanaError
-
-
-class WanError(SanaError):
-    """Root of the errors :mod:`wan_sim` raises."""
-
-    code = "WAN_ERROR"
-    status = 422
-
-
-class WanConfigInvalid(WanError):
-    """A WAN configuration (sites, links, sources) breaks a rule of docs/wan.md.
-
-    Raised with the offending field in ``culprit`` (for example
-    ``{"field": "links[2].bandwidth_mbps"}``).
-    """
-
-    code = "WAN_CONFIG_INVALID"
-
-
-class WanSiteUnknown(WanError):
-    """A dataflow names a site the WAN configuration does not have, or a source whose site is unknown."""
-
-    code = "WAN_SITE_UNKNOWN"
+from wan.exceptions import WanError
 
 
 class ScenarioInvalid(WanError):
@@ -38,10 +15,3 @@ class PolicyUnknown(WanError):
     """A sharing policy name is not one of :data:`wan_sim.policies.POLICIES`."""
 
     code = "WAN_POLICY_UNKNOWN"
-
-
-class WanNotConfigured(WanError):
-    """A WAN view was asked for, but no WAN configuration is set (every equivalent task is shared)."""
-
-    code = "WAN_NOT_CONFIGURED"
-    status = 404

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from optimizer.model import SANA, PlanningOptions
+from planning.model import SANA, PlanningOptions
 from wan_sim.exceptions import PolicyUnknown
 
 _NONE = PlanningOptions(share_sources=False, share_inop=False, share_in=False, bandwidth_checks=False)

@@ -18,7 +18,7 @@ A scenario is JSON::
       "latency": {"batch_kb": 32, "buffer_mb": 1}
     }
 
-``wan`` is a WAN configuration (:mod:`wan_sim.topology`); ``sources`` gives
+``wan`` is a WAN configuration (:mod:`wan.topology`); ``sources`` gives
 each raw stream's origin and rate. A task's ``config`` says what it computes:
 two tasks are equivalent when their type, config and inputs are (the
 manager's signatures); a source's identity is its stream. ``selectivity`` is
@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from manager.signature import task_signature
-from wan_sim.exceptions import ScenarioInvalid, WanConfigInvalid
-from wan_sim.topology import DEFAULT_SELECTIVITY, WanConfig, parse_wan_config
-from wan_sim.flow import LatencyModel
+from wan.exceptions import WanConfigInvalid
+from wan_sim.exceptions import ScenarioInvalid
+from wan.topology import DEFAULT_SELECTIVITY, WanConfig, parse_wan_config
+from wan.flow import LatencyModel
 
 
 @dataclass(frozen=True)

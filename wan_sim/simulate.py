@@ -16,17 +16,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from optimizer.model import Decision, PlanningOptions, QueryTask, RunningTask
+from planning.model import Decision, PlanningOptions, QueryTask, RunningTask
 from optimizer.planner import admit_shares
 from scheduler.placement import place
-from wan_sim.flow import FlowQuery, FlowResult, FlowTask, solve
-from wan_sim.monitor import WanMonitor
+from wan.flow import FlowQuery, FlowResult, FlowTask, solve
+from wan.monitor import WanMonitor
 from wan_sim.policies import policy_options
 from wan_sim.scenario import Scenario, SimQuery
 
 
 class Deployment:
-    """The simulator's running set (a :class:`~optimizer.model.RunningView`): placed tasks and who uses them."""
+    """The simulator's running set (a :class:`~planning.model.RunningView`): placed tasks and who uses them."""
 
     def __init__(self, router: bool) -> None:
         self.router = router

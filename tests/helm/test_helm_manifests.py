@@ -215,7 +215,7 @@ def _wan_volume(rendered) -> tuple[dict, dict]:
 
 
 def test_wan_config_is_a_configmap_mounted_read_only_and_named_by_sana_wan_config(render_chart):
-    from wan_sim.topology import parse_wan_config
+    from wan.topology import parse_wan_config
 
     rendered = render_chart(SCENARIOS["wan-config"])
     config_map = rendered.get("ConfigMap", f"{FULLNAME}-wan")

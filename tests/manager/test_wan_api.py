@@ -1,18 +1,19 @@
-"""The WAN endpoints (api/routes_wan.py) and ``sana wan-sim`` (api/cli_wan.py)."""
+"""The WAN endpoints (api/routes_wan.py) and ``sana wan-sim`` (wan_sim/cli.py)."""
 
 from __future__ import annotations
 
-import argparse
 import json
+import subprocess
+import sys
 
 import pytest
 
 from api.app import create_app
-from api.cli_wan import add_wan_sim_parser, main
 from tests.api.clients import local_client
 from tests.fixtures.dataflows import chain, source, task
 from tests.manager.test_wan_sharing import WAN, hot
 from tests.wan_sim.scenarios import unaware_sharing_hurts
+from wan_sim.cli import main
 
 
 @pytest.fixture
@@ -95,12 +96,16 @@ def test_wan_sim_reports_a_bad_scenario(tmp_path, capsys):
     assert "cannot read scenario" in capsys.readouterr().err
 
 
-def test_the_parser_plugs_into_a_subparsers_object():
-    parser = argparse.ArgumentParser(prog="sana")
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_wan_sim_parser(commands)
-    args = parser.parse_args(["wan-sim", "x.json", "--policy", "net"])
-    assert (args.command, args.scenario, args.policy, args.handler.__name__) == ("wan-sim", "x.json", "net", "run_wan_sim")
+def test_sana_wan_sim_runs_the_simulator_with_its_arguments(tmp_path):
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(unaware_sharing_hurts()))
+    done = subprocess.run([sys.executable, "-m", "api.cli", "wan-sim", str(path), "--policy", "sana", "--summary"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout)) >= {"summary"}
+    refused = subprocess.run([sys.executable, "-m", "api.cli", "wan-sim", str(path), "--policy", "nope"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "nope" in refused.stderr
 
 
 def test_put_wan_over_one_mebibyte_is_413(client):

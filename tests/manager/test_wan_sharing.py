@@ -17,7 +17,7 @@ from runtime.dryrun import DryRunRuntime
 from scheduler.exceptions import PlacementImpossible
 from tests.fixtures.dataflows import chain, source, task
 from tests.manager.wan_invariants import check_wan_state
-from wan_sim.exceptions import WanConfigInvalid, WanNotConfigured, WanSiteUnknown
+from wan.exceptions import WanConfigInvalid, WanNotConfigured, WanSiteUnknown
 
 pytestmark = pytest.mark.redis
 

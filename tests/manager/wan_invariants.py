@@ -9,7 +9,7 @@ import networkx as nx
 from manager.state import State
 from manager.validate import parse_dataflow
 from optimizer.rates import estimate_rate
-from wan_sim.monitor import crossings, link_loads
+from wan.monitor import crossings, link_loads
 
 
 def check_wan_state(state: State, submitted: dict[str, dict]) -> None:

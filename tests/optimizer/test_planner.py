@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.model import PlanningOptions, QueryTask, RunningTask
+from planning.model import PlanningOptions, QueryTask, RunningTask
 from optimizer.planner import plan_query
 from optimizer.views import DictRunning, EmptyRunning
 from scheduler.exceptions import PlacementImpossible
-from wan_sim.monitor import WanMonitor
-from wan_sim.topology import parse_wan_config
+from wan.monitor import WanMonitor
+from wan.topology import parse_wan_config
 
 
 def wan(links, sites=("x", "a", "b", "c"), loads=None):

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from optimizer.planner import admit_shares, plan_query, standing
 from scheduler.placement import place
-from wan_sim.monitor import crossings, link_loads
-from wan_sim.monitor import WanMonitor
+from wan.monitor import crossings, link_loads
+from wan.monitor import WanMonitor
 from wan_sim.policies import policy_options
 from wan_sim.scenario import parse_scenario
 from wan_sim.simulate import Deployment, simulate, to_query_tasks

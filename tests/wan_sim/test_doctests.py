@@ -8,8 +8,8 @@ import importlib
 import pytest
 
 MODULES = [
-    "wan_sim.topology", "wan_sim.monitor", "wan_sim.flow", "wan_sim.scenario", "wan_sim.policies", "wan_sim.simulate",
-    "wan_sim.workloads", "optimizer.model", "optimizer.planner", "optimizer.contention", "optimizer.rates", "optimizer.views", "scheduler.placement", "scheduler.assignment",
+    "wan.topology", "wan.monitor", "wan.flow", "wan_sim.scenario", "wan_sim.policies", "wan_sim.simulate",
+    "wan_sim.workloads", "planning.model", "optimizer.planner", "optimizer.contention", "optimizer.rates", "optimizer.views", "scheduler.placement", "scheduler.assignment",
 ]
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.model import QueryTask
+from planning.model import QueryTask
 from optimizer.planner import plan_query, pressure, standing
 from tests.wan_sim.scenarios import (degrading_link, degrading_link_under_a_later_share, refusal_slows_the_running,
                                     scarce_everywhere, two_sources_two_queries, unaware_sharing_hurts)
-from wan_sim.monitor import WanMonitor
+from wan.monitor import WanMonitor
 from wan_sim.policies import policy_options
 from wan_sim.scenario import parse_scenario
 from wan_sim.simulate import Deployment, simulate, to_query_tasks

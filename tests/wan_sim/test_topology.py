@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from wan_sim.exceptions import WanConfigInvalid
-from wan_sim.monitor import WanMonitor, crossings, link_loads
-from wan_sim.topology import load_wan_config, parse_wan_config
+from wan.exceptions import WanConfigInvalid
+from wan.monitor import WanMonitor, crossings, link_loads
+from wan.topology import load_wan_config, parse_wan_config
 
 BASE = {
     "sites": [{"name": "virginia"}, {"name": "ohio", "compute": False}, "london"],

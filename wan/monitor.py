@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from wan_sim.topology import WanConfig
+from wan.topology import WanConfig
 
 #: Slack when comparing rates, so that a stream that exactly fits a link fits.
 EPSILON = 1e-9
@@ -71,7 +71,7 @@ class WanMonitor:
     A missing link has no spare bandwidth at all (``-inf``); a site has
     unlimited bandwidth to itself.
 
-    >>> from wan_sim.topology import parse_wan_config
+    >>> from wan.topology import parse_wan_config
     >>> wan = parse_wan_config({"sites": ["a", "b"], "links": [{"from": "a", "to": "b", "bandwidth_mbps": 10, "latency_ms": 5}]})
     >>> monitor = WanMonitor(wan, {("a", "b"): 4})
     >>> monitor.spare("a", "b"), monitor.spare("b", "a"), monitor.utilization("a", "b"), monitor.spare("a", "a")

@@ -1,4 +1,4 @@
-"""Errors of the sharing analysis."""
+"""Errors of the planning vocabulary."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ from sana.errors import SanaError
 
 
 class QueryMalformed(SanaError):
-    """A query handed to the optimizer is not parents-first, or names an unknown input.
+    """A query handed to the optimizer or the scheduler is not parents-first, or names an unknown input.
 
     A programming error of the caller: the manager validates dataflows first.
     """
 
     code = "QUERY_MALFORMED"
-    status = 500

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from optimizer.exceptions import QueryMalformed
-from optimizer.model import Crossing, PlanningOptions, QueryTask, Ref, RunningView
-from wan_sim.monitor import WanMonitor
+from planning.exceptions import QueryMalformed
+from planning.model import Crossing, PlanningOptions, QueryTask, Ref, RunningView
+from wan.monitor import WanMonitor
 
 
 class PlanContext:
@@ -54,9 +54,6 @@ class PlanContext:
     def ref_rate(self, ref: Ref) -> float:
         running, name = ref
         return self.running.task(name).rate_mbps if running else self.query[name].rate_mbps
-
-    def ref_name(self, ref: Ref) -> str:
-        return ref[1]
 
     def input_refs(self, task: QueryTask) -> list[tuple[str, Ref]]:
         return [(port, self.mapping[parent]) for port, parent in task.inputs]

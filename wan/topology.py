@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from wan_sim.exceptions import WanConfigInvalid
+from wan.exceptions import WanConfigInvalid
 
 SITE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
@@ -228,7 +228,7 @@ def parse_wan_config(data: Mapping[str, Any] | str | bytes) -> WanConfig:
     >>> parse_wan_config({"sites": ["a"], "links": [{"from": "a", "to": "z", "bandwidth_mbps": 1, "latency_ms": 1}]})
     Traceback (most recent call last):
     ...
-    wan_sim.exceptions.WanConfigInvalid: links[0].to: unknown site 'z' (sites: a)
+    wan.exceptions.WanConfigInvalid: links[0].to: unknown site 'z' (sites: a)
     """
     if isinstance(data, (str, bytes)):
         try:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from wan_sim.topology import WanConfig
+from wan.topology import WanConfig
 
 EPSILON = 1e-9
 
@@ -263,7 +263,7 @@ def solve(
 
     Raises ``ValueError`` when a stream crosses between two sites without a link.
 
-    >>> from wan_sim.topology import parse_wan_config
+    >>> from wan.topology import parse_wan_config
     >>> wan = parse_wan_config({"sites": ["x", "y"], "links": [{"from": "x", "to": "y", "bandwidth_mbps": 10, "latency_ms": 20}]})
     >>> tasks = [FlowTask("s", "x", demand_mbps=40, rate_rps=1000), FlowTask("f", "x", ("s",), factor=0.5),
     ...          FlowTask("k", "y", ("f",))]
