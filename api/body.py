@@ -13,7 +13,6 @@ class PayloadTooLarge(SanaError):
     """A request body is over the limit."""
 
     code = "PAYLOAD_TOO_LARGE"
-    status = 413
 
 
 async def read_body(request: Request) -> bytes:

@@ -13,13 +13,47 @@ from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
-from api.exceptions import RateLimited
-from manager.exceptions import ServiceFull
+from api.body import PayloadTooLarge
+from api.exceptions import ContentTypeUnsupported, FragmentNotRunning, LoopbackOnly, OriginForbidden, RateLimited
+from manager.exceptions import (DataflowInvalid, DataflowNotFound, DeployFailed, LimitExceeded, ServiceFull,
+                                SinkTopicTaken, StateBusy, StateUnavailable)
+from planning.exceptions import QueryMalformed
+from runtime.exceptions import (BucketMoveInvalid, KeyedOperatorUnknown, OperatorConfigInvalid, OperatorUnknown,
+                                RuntimeFailure)
 from sana.errors import SanaError
-from sana.exceptions import Unauthenticated
+from sana.exceptions import Forbidden, TopicForbidden, Unauthenticated
+from scheduler.exceptions import PlacementImpossible
+from wan.exceptions import WanError, WanNotConfigured
 
 #: The ``Retry-After`` of 503 SERVICE_FULL: when to look again whether removals made room.
 SERVICE_FULL_RETRY_AFTER_S = 30
+
+
+#: The HTTP status of each error class; a class not listed answers as its nearest listed base, and
+#: :class:`~sana.errors.SanaError` itself (a bug, a corrupt state, a launch that failed) as 500.
+#: The domain packages know nothing of HTTP: this is the one place that does.
+STATUS: dict[type[SanaError], int] = {
+    SanaError: 500,
+    # the request
+    Unauthenticated: 401, Forbidden: 403, TopicForbidden: 403, LoopbackOnly: 403, OriginForbidden: 403,
+    PayloadTooLarge: 413, ContentTypeUnsupported: 415, RateLimited: 429, FragmentNotRunning: 404,
+    # what it names
+    DataflowInvalid: 422, SinkTopicTaken: 409, DataflowNotFound: 404, LimitExceeded: 429, ServiceFull: 503,
+    OperatorUnknown: 422, OperatorConfigInvalid: 422, PlacementImpossible: 422, QueryMalformed: 500,
+    WanError: 422, WanNotConfigured: 404,
+    # the parts behind it
+    StateUnavailable: 503, StateBusy: 503, DeployFailed: 502,
+    RuntimeFailure: 502, KeyedOperatorUnknown: 404, BucketMoveInvalid: 422,
+}
+
+
+def http_status(error: SanaError) -> int:
+    """The status ``error`` answers with: its class's, or its nearest listed base's.
+
+    >>> http_status(SinkTopicTaken("taken")), http_status(DataflowInvalid("bad")), http_status(SanaError("bug"))
+    (409, 422, 500)
+    """
+    return next(STATUS[cls] for cls in type(error).__mro__ if cls in STATUS)
 
 
 def error_headers(error: SanaError) -> dict[str, str]:
@@ -41,4 +75,4 @@ def error_headers(error: SanaError) -> dict[str, str]:
 
 def error_response(error: SanaError) -> JSONResponse:
     """The whole answer to ``error``."""
-    return JSONResponse(status_code=error.status, content=error.to_dict(), headers=error_headers(error) or None)
+    return JSONResponse(status_code=http_status(error), content=error.to_dict(), headers=error_headers(error) or None)

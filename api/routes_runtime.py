@@ -17,14 +17,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
-from sana.errors import SanaError
+from api.exceptions import FragmentNotRunning
 
 router = APIRouter(prefix="/runtime", tags=["runtime"])
-
-
-class FragmentNotRunning(SanaError):
-    code = "FRAGMENT_NOT_RUNNING"
-    status = 404
 
 
 async def _metrics(request: Request) -> dict[str, Any]:

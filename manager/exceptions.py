@@ -1,4 +1,4 @@
-"""Errors the manager raises; ``api/`` maps ``status`` and ``code`` to HTTP answers."""
+"""Errors the manager raises; ``api/error_answers.py`` maps them to HTTP answers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ class DataflowInvalid(SanaError):
     """A submitted dataflow breaks a rule of CONTRACT.md section 1."""
 
     code = "DATAFLOW_INVALID"
-    status = 422
 
 
 class DocumentMalformed(DataflowInvalid):
@@ -94,53 +93,45 @@ class SinkTopicTaken(DataflowInvalid):
     """A new sink would write a topic that another owner's running sink writes (or another instance of itself)."""
 
     code = "SINK_TOPIC_TAKEN"
-    status = 409
 
 
 class DataflowNotFound(SanaError):
     """No submitted dataflow has this id."""
 
     code = "DATAFLOW_NOT_FOUND"
-    status = 404
 
 
 class StateUnavailable(SanaError):
     """Redis, which holds the manager's state, does not answer."""
 
     code = "STATE_UNAVAILABLE"
-    status = 503
 
 
 class StateBusy(SanaError):
     """Another manager holds the state lock for longer than we wait."""
 
     code = "STATE_BUSY"
-    status = 503
 
 
 class StateCorrupt(SanaError):
     """What Redis holds contradicts itself (refcounts, indexes, mappings)."""
 
     code = "STATE_CORRUPT"
-    status = 500
 
 
 class DeployFailed(SanaError):
     """The runtime could not apply a change; the state and running work are as before."""
 
     code = "DEPLOY_FAILED"
-    status = 502
 
 
 class LimitExceeded(SanaError):
     """A change would take a caller over one of its limits (``culprit["limit"]`` names the setting)."""
 
     code = "LIMIT_EXCEEDED"
-    status = 429
 
 
 class ServiceFull(SanaError):
     """A change would take the whole service over a limit; it takes no more until something is removed."""
 
     code = "SERVICE_FULL"
-    status = 503

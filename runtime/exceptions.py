@@ -9,21 +9,18 @@ class RuntimeFailure(SanaError):
     """The runtime could not carry out a deployment or a removal."""
 
     code = "RUNTIME_FAILURE"
-    status = 502
 
 
 class OperatorRegistryError(SanaError):
     """An operator type was registered twice (a programming error)."""
 
     code = "OPERATOR_REGISTERED_TWICE"
-    status = 500
 
 
 class OperatorUnknown(SanaError):
     """A task names a ``type`` no operator is registered under."""
 
     code = "OPERATOR_UNKNOWN"
-    status = 422
 
 
 class OperatorConfigInvalid(SanaError):
@@ -35,7 +32,6 @@ class OperatorConfigInvalid(SanaError):
     """
 
     code = "OPERATOR_CONFIG_INVALID"
-    status = 422
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message, culprit={"field": f"config.{field}" if field else "config"})
@@ -58,14 +54,12 @@ class KeyedOperatorUnknown(RuntimeFailure):
     """A call about a keyed operator named a task that is not a running ``window_aggregate`` or ``join``."""
 
     code = "KEYED_OPERATOR_UNKNOWN"
-    status = 404
 
 
 class BucketMoveInvalid(RuntimeFailure):
     """A bucket move named a bucket or a worker the operator does not have."""
 
     code = "BUCKET_MOVE_INVALID"
-    status = 422
 
 
 class DefragmentationFailed(RuntimeFailure):

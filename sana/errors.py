@@ -1,8 +1,8 @@
 """The root of every error Sana raises on purpose.
 
 Each package has an ``exceptions.py`` with subclasses whose names say what went
-wrong. Every class carries a stable ``code`` (like PySpark's error classes) and
-an HTTP ``status`` hint; only ``api/`` turns them into HTTP answers.
+wrong. Every class carries a stable ``code`` (like PySpark's error classes); none
+knows HTTP: ``api/error_answers.py`` maps each class to its status at the edge.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ class SanaError(Exception):
     """
 
     code: str = "SANA_ERROR"
-    status: int = 500
 
     def __init__(self, message: str, *, culprit: dict[str, Any] | None = None) -> None:
         super().__init__(message)

@@ -9,25 +9,21 @@ class Unauthenticated(SanaError):
     """A request without a valid bearer token."""
 
     code = "UNAUTHENTICATED"
-    status = 401
 
 
 class Forbidden(SanaError):
     """The caller may not do this (not the owner, or not an admin)."""
 
     code = "FORBIDDEN"
-    status = 403
 
 
 class TokensFileInvalid(SanaError):
     """The tokens file (``SANA_TOKENS_FILE``) cannot be read or breaks a rule; the entry is named."""
 
     code = "TOKENS_FILE_INVALID"
-    status = 500
 
 
 class TopicForbidden(SanaError):
     """A source or sink uses a topic outside what its principal may read or write."""
 
     code = "TOPIC_FORBIDDEN"
-    status = 403
