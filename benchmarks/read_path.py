@@ -28,7 +28,8 @@ import uuid
 from pathlib import Path
 from statistics import median
 
-from benchmarks.write_path import _cpu_s, _table, on_embedded_broker
+from benchmarks.write_path import on_embedded_broker, record_table
+from runtime.costs import process_cpu_s
 
 VARIANTS = ("kafka-python", "librdkafka", "librdkafka-values-only")
 
@@ -38,7 +39,7 @@ def _kafka_python_read(bootstrap: str, topic: str, end: int):
     import pyarrow as pa
     from kafka import KafkaConsumer, TopicPartition
 
-    from runtime.spark.kafka_source import _origin
+    from runtime.spark.kafka_source import origin_key
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                              max_partition_fetch_bytes=8 << 20, fetch_max_bytes=32 << 20, fetch_max_wait_ms=100)
@@ -49,7 +50,8 @@ def _kafka_python_read(bootstrap: str, topic: str, end: int):
     while position < end:
         for item in consumer.poll(timeout_ms=200, max_records=50_000).get(tp, ()):
             values.append(item.value.decode("utf-8", "replace"))
-            origins.append(_origin(item.headers, 0))
+            key = origin_key(item.headers)  # writer|batch|seq|partition, as that reader built it
+            origins.append(None if key is None else f"{key.decode()}|0")
             position = item.offset + 1
         if len(values) >= 8192 or position >= end:
             pa.RecordBatch.from_arrays([pa.array([topic] * len(values), pa.string()), pa.array(values, pa.string()),
@@ -73,11 +75,11 @@ def _child(variant: str, bootstrap: str, broker_pid: int, topic: str, rows: int)
     read = {"kafka-python": _kafka_python_read, "librdkafka": _librdkafka_read,
             "librdkafka-values-only": lambda *args: _librdkafka_read(*args, origins=False)}[variant]
     read(bootstrap, topic, min(rows, 1000))  # warm up: imports, connections, metadata
-    began, own, broker = time.perf_counter(), _cpu_s(), _cpu_s(broker_pid)
+    began, own, broker = time.perf_counter(), process_cpu_s(), process_cpu_s(broker_pid)
     batches = read(bootstrap, topic, rows)
     return {"records": rows, "arrow_batches": batches,
-            "python_us_per_record": round(1e6 * (_cpu_s() - own) / rows, 2),
-            "broker_us_per_record": round(1e6 * (_cpu_s(broker_pid) - broker) / rows, 2),
+            "python_us_per_record": round(1e6 * (process_cpu_s() - own) / rows, 2),
+            "broker_us_per_record": round(1e6 * (process_cpu_s(broker_pid) - broker) / rows, 2),
             "records_per_s": round(rows / (time.perf_counter() - began))}
 
 
@@ -93,10 +95,10 @@ def _fill(rows: int):
         topics = Topics(bootstrap, 1)
         topics.ensure([topic])
         topics.close()
-        table = _table(rows, 1, seed=1)
+        table = record_table(rows, 1, seed=1)
         table = table.set_column(0, "topic", pa.array([topic] * rows, pa.string()))
         producer = BatchProducer(bootstrap)
-        producer.send_table(table, [("sana.writer", b"q-read-path"), ("sana.run", b"r1"), ("sana.batch", b"7")])
+        producer.sendrecord_table(table, [("sana.writer", b"q-read-path"), ("sana.run", b"r1"), ("sana.batch", b"7")])
         producer.close()
         return ["--topic", topic]
     return prepare

@@ -45,9 +45,9 @@ from runtime.base import Runtime
 from runtime.exceptions import RuntimeFailure
 from runtime.plan import TaskSpec
 from sana.failpoints import fail_point
-from wan_sim.exceptions import WanNotConfigured
-from wan_sim.monitor import WanMonitor
-from wan_sim.topology import WanConfig, load_wan_config, parse_wan_config
+from wan.exceptions import WanNotConfigured
+from wan.monitor import WanMonitor
+from wan.topology import WanConfig, load_wan_config, parse_wan_config
 
 log = logging.getLogger("sana.manager")
 
@@ -64,7 +64,7 @@ class SubmitResult:
     ``not_shared`` lists the tasks that got a running task of their own although an equivalent
     one runs, with the link and the numbers that made Algorithm 1 refuse the share; ``placement``
     says, with a WAN configuration, which rule placed each task; ``weighing`` how Algorithm 1's plan
-    and the one taking every share stood, and which was kept (:class:`optimizer.model.Weighing`).
+    and the one taking every share stood, and which was kept (:class:`planning.model.Weighing`).
     ``owner_tasks`` (not in :meth:`to_dict`): of the running tasks the answer names as already
     running (those of ``reused`` and the ``equivalent`` of ``not_shared``), the ones a dataflow of
     the same owner used before this submit; the API tells a user only about those (api/visibility.py)."""
@@ -201,7 +201,7 @@ class Manager:
     def start(self) -> None:
         """Load the state from Redis and make the runtime run exactly it."""
         with self._guard(), self._mutex, self.store.lock():
-            self._sync(force=True)
+            self.sync(force=True)
             pending = self.store.read_pending()
             if pending is not None:
                 self._finish_interrupted(pending)
@@ -268,7 +268,7 @@ class Manager:
         self.limits.check_dataflow(flow)
         self._ensure_started()
         with self._guard(), self._changing, self._mutex, self.store.lock():
-            self._sync()
+            self.sync()
             self.limits.check_owner(self.state, flow.owner)
             self.state.quarantined = quarantined_with_readers(self.state, self.runtime.failures())
             plan = merge.plan_merge(self.state, flow, self.clock(), sharing=self.sharing, measured=self._measured())
@@ -300,7 +300,7 @@ class Manager:
         """Unmerge a dataflow; returns once its unshared work has stopped."""
         self._ensure_started()
         with self._guard(), self._changing, self._mutex, self.store.lock():
-            self._sync()
+            self.sync()
             if dataflow_id not in self.state.dataflows:
                 raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id})
             plan = merge.plan_unmerge(self.state, dataflow_id)
@@ -322,11 +322,11 @@ class Manager:
 
         Running tasks are not moved or restarted by the change itself; with ``replacement`` in it, a
         thread re-places them whenever a link reaches that utilization (:meth:`replace`). Raises
-        :class:`~wan_sim.exceptions.WanConfigInvalid` naming the field at fault.
+        :class:`~wan.exceptions.WanConfigInvalid` naming the field at fault.
         """
         wan = None if document is None else parse_wan_config(document)
         with self._guard(), self._mutex, self.store.lock():
-            self._sync()
+            self.sync()
             self._commit_wan(wan)
         return wan
 
@@ -390,7 +390,7 @@ class Manager:
     def wan(self) -> dict[str, Any]:
         """The WAN configuration with every link's load, spare bandwidth and utilization (``GET /wan``).
 
-        Raises :class:`~wan_sim.exceptions.WanNotConfigured` without one.
+        Raises :class:`~wan.exceptions.WanNotConfigured` without one.
         """
         state = self.snapshot()
         if state.wan is None:
@@ -437,11 +437,11 @@ class Manager:
         """What re-placement would move now, at links whose utilization is at least ``utilization``
         (``GET /wan/replacement``; :func:`manager.replacement.plan_replacement`). Nothing is changed.
 
-        Raises :class:`~wan_sim.exceptions.WanNotConfigured` without a WAN configuration.
+        Raises :class:`~wan.exceptions.WanNotConfigured` without a WAN configuration.
         """
         measured = self._measured()
         with self._guard(), self._mutex:
-            self._sync()
+            self.sync()
             self._require_wan()
             state = copy.deepcopy(self.state)
         result = plan_replacement(state, measured, utilization, sharing=self.sharing).report
@@ -460,7 +460,7 @@ class Manager:
         measured = self._measured()
         with self._guard(), self._changing, self.store.lock():
             with self._mutex:
-                self._sync()
+                self.sync()
                 self._require_wan()
                 before = self.state
                 planned = plan_replacement(before, measured, utilization, sharing=self.sharing)
@@ -564,7 +564,7 @@ class Manager:
     def snapshot(self) -> State:
         """The current state, synced with Redis (read-only: do not mutate)."""
         with self._guard(), self._mutex:
-            self._sync()
+            self.sync()
             return self.state
 
     def dataflow(self, dataflow_id: str) -> SubmittedDataflow:
@@ -655,7 +655,7 @@ class Manager:
 
     # -- internals ---------------------------------------------------------------
 
-    def _sync(self, force: bool = False) -> None:
+    def sync(self, force: bool = False) -> None:
         """Make memory match Redis; write memory back if Redis lost everything."""
         version = self.store.version()
         if version is None and self._loaded and (self.state.dataflows or self.state.tasks):

@@ -2,14 +2,15 @@
 
 Each operator declares, in one place, the model of its config (unknown keys
 rejected), its input ports, whether it has an output, and how it derives its
-output schema from the schemas arriving on its ports. The Spark builders of the
-runtime attach to the same declaration, so validation and execution agree.
+output schema from the schemas arriving on its ports. What runs each type on
+Spark is one table, :mod:`runtime.spark.operators`, whose builders cast every
+output column to the type declared here, so validation and execution agree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -62,7 +63,6 @@ class OperatorSpec:
     derive: Derive
     summary: str
     keyed: bool = False
-    builder: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def is_source(self) -> bool:

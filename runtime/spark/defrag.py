@@ -24,25 +24,23 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runtime.broker.offsets import probe_consumer
 from runtime.exceptions import DefragmentationFailed
 from runtime.spark.cut import drain, set_bounds, topic_ends
 from runtime.spark.fragment import REPLAYS_KEY, FragmentQuery, StateCopy
+from runtime.spark.host import QueryHost
 from runtime.spark.layout import internal_topics, layouts
-
-if TYPE_CHECKING:
-    from runtime.spark.runtime import SparkRuntime
 
 log = logging.getLogger("sana.runtime.defrag")
 
 
-def merge_queries(runtime: "SparkRuntime", group: list[str], timeout_s: float) -> dict[str, Any]:
+def merge_queries(runtime: QueryHost, group: list[str], timeout_s: float) -> dict[str, Any]:
     """Run the queries of ``group`` as one new query; returns what was merged into what."""
     old = [runtime.queries[query_id] for query_id in group]
     fragments = sorted(fragment for fragment, query_id in runtime.host.items() if query_id in group)
-    new_id = runtime._new_query_id(fragments[0])
+    new_id = runtime.new_query_id(fragments[0])
     host = {**runtime.host, **{fragment: new_id for fragment in fragments}}
     plans = layouts(runtime.tasks, host, runtime.prefix)
     plan = plans[new_id]
@@ -73,11 +71,11 @@ def merge_queries(runtime: "SparkRuntime", group: list[str], timeout_s: float) -
         record = {"id": new_id, "site": plan.tasks[0].site, "fragments": sorted({task.fragment for task in plan.tasks}),
                   "inputs": {topic: cut[topic] for topic in sorted(plan.input_topics)}, "created_at": time.time(),
                   "batch_base": 1, "merged_from": group}
-        new_query = runtime._make_query(record)
+        new_query = runtime.make_query(record)
         new_query.seed(states, copies)
-        runtime._switch_records(add=record, remove=group)
+        runtime.switch_records(add=record, remove=group)
         switched = True
-        new_query.set_plan(runtime._query_plan(plan))
+        new_query.set_plan(runtime.query_plan(plan))
         new_query.start()
         new_query.wait_running()
     except BaseException as error:
@@ -91,27 +89,23 @@ def merge_queries(runtime: "SparkRuntime", group: list[str], timeout_s: float) -
     finally:
         consumer.close()
     for query_id, query in zip(group, old):
-        runtime.queries.pop(query_id, None)
-        runtime._records.pop(query_id, None)
-        runtime._degraded.pop(query_id, None)
-        runtime._backoff.pop(query_id, None)
+        runtime.retire(query_id)
         query.discard()
         shutil.rmtree(runtime.checkpoint_root / query_id, ignore_errors=True)
-    runtime.queries[new_id] = new_query
-    runtime._records[new_id] = record
+    runtime.adopt(new_query, record)
     runtime.host, runtime.plans = host, plans
-    runtime._delete_unused_topics(internal_topics(plans.values()))
+    runtime.delete_unused_topics(internal_topics(plans.values()))
     log.info("defragmentation: %s now run as %s", group, new_id)
     return {"queries": group, "into": new_id, "fragments": record["fragments"]}
 
 
-def _undo(runtime: "SparkRuntime", group: list[str], old: list[FragmentQuery], new_query: FragmentQuery | None,
+def _undo(runtime: QueryHost, group: list[str], old: list[FragmentQuery], new_query: FragmentQuery | None,
           record: dict[str, Any], *, stopped: bool, switched: bool) -> None:
     """Put the group back as it was; a step that fails is logged and the next one still runs."""
     steps = []
     if switched:
-        steps.append(("restore the records", lambda: runtime._switch_records(
-            add=None, remove=[record["id"]], restore=[[runtime._records[query_id] for query_id in group]])))
+        steps.append(("restore the records", lambda: runtime.switch_records(
+            add=None, remove=[record["id"]], restore=[[runtime.record(query_id) for query_id in group]])))
     if new_query is not None:
         steps.append((f"discard {new_query.id}", new_query.discard))
     for query in old:

@@ -40,7 +40,8 @@ from runtime.broker.producer import BatchProducer
 from runtime.operators import get_operator
 from runtime.plan import TaskSpec
 from runtime.quarantine import Quarantine, TaskFailure, attributable, downstream
-from runtime.spark.builders import encode_sql, literal, parse_sql
+from runtime.spark import operators as spark_operators
+from runtime.spark.sql_text import encode_sql, literal, parse_sql
 from runtime.spark.replays import replays
 from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
 from runtime.spark.keyed_operator import NOT_SCANNED, max_of_each
@@ -263,7 +264,7 @@ class FragmentQuery:
         keyed: dict[str, Any] = {}
         for task in plan.tasks:
             spec = get_operator(task.type)
-            factory = spec.builder.get("spark_keyed")
+            factory = spark_operators.KEYED.get(task.type)
             if factory is None:
                 continue
             operator = self.keyed.get(task.id)
@@ -466,7 +467,7 @@ class FragmentQuery:
                 inputs = inputs_of(task)
                 operator = keyed.get(task.id)
                 if operator is None:
-                    builder = get_operator(task.type).builder["spark_sql"]
+                    builder = spark_operators.SQL[task.type]
                     define(task.id, builder(task, inputs), tuple(name for port in inputs.values() for name in port))
                     return
                 relations = {port: [ctes.statement(f"SELECT * FROM {name}", [name]) for name in sources]

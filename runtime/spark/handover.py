@@ -36,17 +36,15 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runtime.broker.offsets import probe_consumer
 from runtime.exceptions import HandOverFailed, RuntimeFailure
 from runtime.plan import Change, seeds_problem
 from runtime.spark.cut import Offsets, drain, lift_bounds, set_bounds, topic_ends
 from runtime.spark.fragment import REPLAYS_KEY, FragmentQuery, StateCopy
-
-if TYPE_CHECKING:
-    from runtime.spark.layout import QueryLayout
-    from runtime.spark.runtime import SparkRuntime
+from runtime.spark.host import QueryHost
+from runtime.spark.layout import QueryLayout
 
 log = logging.getLogger("sana.runtime.handover")
 
@@ -98,7 +96,7 @@ class HandOver:
         query.seed(states, copies)
 
 
-def hand_over(runtime: "SparkRuntime", change: Change, seeds: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
+def hand_over(runtime: QueryHost, change: Change, seeds: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
     """Apply ``change`` at a cut, each new task in ``seeds`` continuing the state of the task it names.
 
     Called with the runtime's lock held. Returns the group, the cut and which new tasks were seeded.
@@ -139,7 +137,7 @@ def hand_over(runtime: "SparkRuntime", change: Change, seeds: Mapping[str, str],
         drained = time.monotonic()
         saved = {query.id: query.saved_states() for query in group}
         handing = HandOver({**cut, **topic_ends(consumer, inside)}, dict(seeds), hosts, saved, kept)
-        runtime._converge(desired, reason=change.reason, rollback=True, handing_over=handing)
+        runtime.converge(desired, reason=change.reason, rollback=True, handing_over=handing)
     except Exception as error:  # the broker, Spark or a state copy: the converge rolled back, the bounds go below
         message = error.message if isinstance(error, RuntimeFailure) else f"{type(error).__name__}: {error}"
         raise HandOverFailed(f"not handed over ({message}); the tasks run as before") from error

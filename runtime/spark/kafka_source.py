@@ -206,13 +206,7 @@ def _in_range(messages: list, end: int) -> list:
     return messages
 
 
-def _origin(headers, partition: int) -> str | None:
-    """``writer|batch|seq|partition`` for a record a Sana fragment wrote (its replay key), else None."""
-    key = _origin_key(headers)
-    return None if key is None else f"{key.decode()}|{partition}"
-
-
-def _origin_key(headers) -> bytes | None:
+def origin_key(headers) -> bytes | None:
     """``writer|batch|seq`` from a record's headers, or None; fast for the order Sana writes them in."""
     if not headers:
         return None
@@ -233,7 +227,7 @@ def _arrow(topic: str, partition: int, messages: list, origins: bool = True) -> 
     if origins:
         headers = [message.headers() for message in messages]
         if any(header is not None for header in headers):
-            keys = pa.array([_origin_key(header) for header in headers], pa.binary())
+            keys = pa.array([origin_key(header) for header in headers], pa.binary())
     if keys is None:
         origin = pa.nulls(len(messages), pa.string())
     else:

@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from runtime.exceptions import QueryFailed
 from runtime.plan import TaskSpec
 from runtime.operators.types import Schema
-from runtime.spark.builders import ddl
+from runtime.spark.sql_text import ddl
 from runtime.spark.frames import arrow_schema
 from runtime.operators.keyed import ReshapeOptions
 from runtime.spark.keyed import DEFAULT_WORKERS, Router, Routing, WorkerLoad, WorkerTask, partition_keys, shuffle_sql

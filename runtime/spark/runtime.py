@@ -117,11 +117,9 @@ class SparkRuntime:
     # -- the SparkSession ------------------------------------------------------------
 
     def _start_session(self) -> None:
-        from runtime.spark.builders import attach
         from runtime.spark.session import spark_session
 
         try:
-            attach()
             self._spark = spark_session(self.spark_master)
         except BaseException as error:  # reported by every later call and by health()
             self._spark_error = error
@@ -152,7 +150,7 @@ class SparkRuntime:
                 desired.pop(task.id, None)
             for task in change.start:
                 desired[task.id] = task
-            self._converge(desired, reason=change.reason, rollback=True)
+            self.converge(desired, reason=change.reason, rollback=True)
 
     def reconcile(self, tasks: Mapping[str, TaskSpec]) -> None:
         with self._lock:
@@ -163,7 +161,7 @@ class SparkRuntime:
                 for fragment in record["fragments"]:
                     self.host.setdefault(fragment, query_id)
             self._records = records
-            self._converge(dict(tasks), reason="reconcile", rollback=False)
+            self.converge(dict(tasks), reason="reconcile", rollback=False)
             for query in self.queries.values():  # a defragmentation cut short by a crash left its bounds
                 query.set_bound(None)
             if self.checkpoint_root.is_dir():  # ... and the checkpoint of a query it never switched to
@@ -359,8 +357,8 @@ class SparkRuntime:
                     skipped.append({"queries": group, "error": str(error)})
             return {"queries_before": before, "queries_after": len(self.queries), "merged": merged, "skipped": skipped}
 
-    def _switch_records(self, add: dict[str, Any] | None, remove: list[str],
-                        restore: list[list[dict[str, Any]]] | None = None) -> None:
+    def switch_records(self, add: dict[str, Any] | None, remove: list[str],
+                       restore: list[list[dict[str, Any]]] | None = None) -> None:
         """One Redis transaction: the merged query's record in, the merged ones' out (or back)."""
         pipe = self.redis.pipeline(transaction=True)
         if add is not None:
@@ -374,8 +372,8 @@ class SparkRuntime:
 
     # -- converging ------------------------------------------------------------------------
 
-    def _converge(self, desired: dict[str, TaskSpec], reason: str, rollback: bool,
-                  handing_over: HandOver | None = None) -> None:
+    def converge(self, desired: dict[str, TaskSpec], reason: str, rollback: bool,
+                 handing_over: HandOver | None = None) -> None:
         """Make what runs equal ``desired``; with ``handing_over``, new queries start at its cut, seeded by it."""
         if self._records is None:
             self._records = self._load_records()
@@ -385,7 +383,7 @@ class SparkRuntime:
         # a running fragment stays in its query; in a hand-over only one with a task that runs on (not restarted)
         staying = {task.fragment for task in desired.values()} if handing_over is None else handing_over.kept
         kept = {fragment: query for fragment, query in self.host.items() if fragment in staying}
-        host = assign_hosts(desired, kept, query_sites, self._new_query_id, self.hosting and handing_over is None)
+        host = assign_hosts(desired, kept, query_sites, self.new_query_id, self.hosting and handing_over is None)
         plans = layouts(desired, host, self.prefix)
         created_topics: list[str] = []
         started: list[FragmentQuery] = []
@@ -411,9 +409,9 @@ class SparkRuntime:
             removing = bool(set(self.tasks) - set(desired))
             for query_id, plan in plans.items():
                 query = self.queries.get(query_id)
-                live = self._query_plan(plan)
+                live = self.query_plan(plan)
                 if query is None:
-                    query = self._make_query(records[query_id])
+                    query = self.make_query(records[query_id])
                     if handing_over is not None:
                         handing_over.seed(query, plan)
                     query.set_plan(live)
@@ -450,7 +448,7 @@ class SparkRuntime:
             shutil.rmtree(self.checkpoint_root / query_id, ignore_errors=True)
         self.quarantine.forget(set(old[0]) - set(desired))
         self.tasks, self.host, self.plans = desired, host, plans
-        self._delete_unused_topics(internal)
+        self.delete_unused_topics(internal)
 
     def _roll_back(self, started: list[FragmentQuery], old_host: dict[str, str], old_plans: dict[str, QueryPlan],
                    new_records: list[str], records: dict[str, dict[str, Any]], created_topics: list[str]) -> None:
@@ -476,7 +474,7 @@ class SparkRuntime:
             except Exception as error:  # keep undoing; reconcile at the next start repairs the rest
                 log.error("rollback: could not %s: %s", what, error)
 
-    def _delete_unused_topics(self, in_use: set[str]) -> None:
+    def delete_unused_topics(self, in_use: set[str]) -> None:
         marker = stream_topic_prefix(self.prefix)
         try:
             existing = self.topics.existing()
@@ -488,10 +486,10 @@ class SparkRuntime:
         self._plan_version += 1
         return self._plan_version
 
-    def _query_plan(self, plan: QueryLayout) -> QueryPlan:
+    def query_plan(self, plan: QueryLayout) -> QueryPlan:
         return QueryPlan(self._next_version(), tuple(plan.tasks), dict(plan.reads), tuple(plan.outputs), dict(plan.schemas))
 
-    def _make_query(self, record: dict[str, Any]) -> FragmentQuery:
+    def make_query(self, record: dict[str, Any]) -> FragmentQuery:
         return FragmentQuery(
             self.spark(), record["id"], record["inputs"], self.bootstrap, self.checkpoint_root / record["id"],
             self.trigger_s, set(record["fragments"]), self.max_records_per_batch,
@@ -524,7 +522,23 @@ class SparkRuntime:
             record.update(inputs=handing_over.starts(query_id, inputs, fresh_topics), batch_base=1)
         return record
 
-    def _new_query_id(self, fragment: str) -> str:
+    def record(self, query_id: str) -> dict[str, Any]:
+        """The stored record of a running query (its inputs' start offsets, fragments, batch base)."""
+        return self._records[query_id]
+
+    def retire(self, query_id: str) -> FragmentQuery | None:
+        """Forget a query another has taken over (its supervision, record and back-off); returns it."""
+        self._records.pop(query_id, None)
+        self._degraded.pop(query_id, None)
+        self._backoff.pop(query_id, None)
+        return self.queries.pop(query_id, None)
+
+    def adopt(self, query: FragmentQuery, record: dict[str, Any]) -> None:
+        """Supervise ``query``, started outside :meth:`converge` (a defragmentation), from now on."""
+        self.queries[query.id] = query
+        self._records[query.id] = record
+
+    def new_query_id(self, fragment: str) -> str:
         number = self.redis.incr(self._counter_key)
         return f"q{number}-{fragment.removeprefix('frag-')[:8]}"
 

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from runtime.spark.join import StreamJoin
-from runtime.spark.builders import ddl
+from runtime.spark.sql_text import ddl
 from runtime.spark.keyed import BUCKETS, partition_keys
 from runtime.spark.reshape import ReshapeSettings
 from runtime.spark.session import spark_session

@@ -1,0 +1,47 @@
+"""Spark SQL text: quoted names, DDL, literals, and the statements that parse and encode records.
+
+A leaf: the row-level builders (:mod:`runtime.spark.builders`), the fragment
+query and the keyed operators all write SQL with these.
+"""
+
+from __future__ import annotations
+
+from runtime.operators.types import Schema
+
+
+def quote(name: str) -> str:
+    return f"`{name}`"
+
+
+def ddl(schema: Schema) -> str:
+    """A Spark DDL string for a Sana schema, in column order.
+
+    >>> ddl({"sensor": "string", "ts": "timestamp"})
+    '`sensor` string, `ts` timestamp'
+    """
+    return ", ".join(f"{quote(name)} {kind}" for name, kind in schema.items())
+
+
+def literal(text: str) -> str:
+    """A Spark SQL string literal.
+
+    >>> literal("it's")
+    "'it\\\\'s'"
+    """
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def cast_columns(schema: Schema, source: str = "") -> str:
+    prefix = f"{source}." if source else ""
+    return ", ".join(f"CAST({prefix}{quote(name)} AS {kind}) AS {quote(name)}" for name, kind in schema.items())
+
+
+def parse_sql(raw: str, topic: str, schema: Schema) -> str:
+    """The records of ``topic`` in the raw micro-batch view ``raw``, parsed as JSON with ``schema``."""
+    columns = ", ".join(f"r.{quote(name)} AS {quote(name)}" for name in schema)
+    return f"SELECT {columns} FROM (SELECT from_json(value, {literal(ddl(schema))}) AS r FROM {raw} WHERE topic = {literal(topic)})"
+
+
+def encode_sql(relation: str, topic: str) -> str:
+    """Rows of ``relation`` as ``(topic, value)``, ``value`` the row as JSON (timestamps ISO-8601 UTC)."""
+    return f"SELECT {literal(topic)} AS topic, to_json(struct(*)) AS value FROM {relation}"
