@@ -26,7 +26,8 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.runtime_dataplane import pct, tree_cpu_seconds
+from benchmarks.runtime_dataplane import pct
+from runtime.costs import process_tree_cpu_s
 from benchmarks.targets import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def measure(warmup_s: float, seconds: float) -> dict:
         print(f"demo: {examples} dataflows submitted; warming up {warmup_s:.0f} s", file=sys.stderr, flush=True)
         time.sleep(warmup_s)
         batches: dict[tuple[str, int], float] = {}
-        cpu0, began, load0 = tree_cpu_seconds(process.pid), time.monotonic(), os.getloadavg()[0]
+        cpu0, began, load0 = process_tree_cpu_s(process.pid), time.monotonic(), os.getloadavg()[0]
         while time.monotonic() - began < seconds:
             time.sleep(5)
             since = time.time() - (time.monotonic() - began)
@@ -77,11 +78,11 @@ def measure(warmup_s: float, seconds: float) -> dict:
                     if batch["at"] >= since:
                         batches[(query["query"], batch["batch_id"])] = batch["duration_ms"]
             elapsed = time.monotonic() - began
-            cores = (tree_cpu_seconds(process.pid) - cpu0) / elapsed
+            cores = (process_tree_cpu_s(process.pid) - cpu0) / elapsed
             print(f"demo: {elapsed:4.0f}/{seconds:.0f} s, {cores:.2f} cores, {len(batches)} batches", file=sys.stderr,
                   flush=True)
         elapsed = time.monotonic() - began
-        cores = (tree_cpu_seconds(process.pid) - cpu0) / elapsed
+        cores = (process_tree_cpu_s(process.pid) - cpu0) / elapsed
         queries = _get(url, "/runtime/queries")["queries"]
         reshape = {}
         for query in queries:

@@ -1,4 +1,4 @@
-"""Keyed operators: the old driver path against the executor shuffle, on the same input (issue 10).
+"""Keyed operators on the executor shuffle: rows/s, batch times and worker tasks; the driver's heap.
 
     .venv/bin/python -m benchmarks.keyed_operators [--rows 200000] [--quick]
     .venv/bin/python -m benchmarks.keyed_operators heap [--rows 1500000] [--driver-memory 512m]
@@ -6,18 +6,21 @@
 ``compare`` (the default) runs, each in a process of its own and on the same
 seeded input read from offset 0 of the same topics:
 
-- the driver path as it was before the change (``git worktree`` of
-  ``OLD_COMMIT`` on ``PYTHONPATH``, this script unchanged), and the executor
-  path of this checkout, in local mode (``local[2]``), for a tumbling
+- this checkout in local mode (``local[2]``), for a tumbling
   ``window_aggregate`` and a time-bounded ``join`` at 1, 4 and 8 logical
   workers: rows/s, micro-batch p50/p99 (first batch excluded: it starts the
-  Python workers) and, on the new path, every worker task's duration per batch;
+  Python workers) and every worker task's duration per batch;
 - the executor path on ``local-cluster[2,1,1024]`` (two executor JVMs) at 8
   workers; its sink output must be identical to local mode's.
 
 Every run reads its sink back: record count and a digest of the sorted
 records (floats rounded to 9 significant digits, so summation order does not
-count) must agree between paths and masters.
+count) must agree between worker counts and masters.
+
+The keyed operators once ran on the driver (before commit ``def9f5d``'s
+successor); the comparison with that path, run on 2026-11-23, stays in
+``benchmarks/results/keyed_operators.json`` (``path: old``). That path is no
+longer built, so it is not run again.
 
 ``heap`` feeds one ``window_aggregate`` (``max`` over a 1 KiB string column,
 so the operator's input really is large) many times the driver's configured
@@ -48,8 +51,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-OLD_COMMIT = "def9f5d"  # the last commit with keyed operators on the driver
-OLD_TREE = Path(tempfile.gettempdir()) / f"sana-keyed-{OLD_COMMIT}"
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SCHEMA = {"sensor": "string", "temp": "double", "ts": "timestamp"}
 PADDED = {**SCHEMA, "pad": "string"}
@@ -137,12 +138,10 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     import runtime.spark.runtime as spark_runtime
     from manager.service import Manager
     from runtime.operators import get_operator
-    from runtime.spark.builders import attach
 
     topics = json.loads(args.topics)
     spark_runtime.topic_end_offsets = lambda consumer, names: {  # start at 0: the input is already there
         name: {p: 0 for p in consumer.partitions_for_topic(name) or {0}} for name in names}
-    attach()
     task_ms: list[list[float]] = []
     for type_name in ("window_aggregate", "join"):
         spec = get_operator(type_name)
@@ -272,24 +271,16 @@ def _ms(stamp: str) -> float:
 
 # -- the orchestration ------------------------------------------------------------------------
 
-def old_tree() -> Path:
-    if not (OLD_TREE / "runtime").is_dir():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(OLD_TREE), OLD_COMMIT],
-                       check=True, capture_output=True)
-    return OLD_TREE
-
-
 def spawn(path: str, op: str, workers: int, master: str, bootstrap: str, topics: list[str], expect: int,
           **extra: Any) -> dict[str, Any]:
-    source = old_tree() if path == "old" else ROOT
-    env = {**os.environ, "PYTHONPATH": f"{source}:{ROOT}"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, str(Path(__file__).resolve()), "run", "--path", path, "--op", op,
                "--workers", str(workers), "--master", master, "--bootstrap", bootstrap,
                "--topics", json.dumps(topics), "--expect", str(expect)]
     for key, value in extra.items():
         command += [f"--{key.replace('_', '-')}", str(value)]
     log(f"{path} {op} workers={workers} master={master} ...")
-    child = subprocess.Popen(command, env=env, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tail: list[str] = []
 
     def relay() -> None:  # the child's status lines go on showing progress; Spark's log is kept for errors
@@ -352,11 +343,10 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         worker_counts = [8] if args.quick else [1, 4, 8]
         for op in ("window", "join"):
             for workers in worker_counts:
-                for path in ("old", "new"):
-                    runs.append(spawn(path, op, workers, "local[2]", bootstrap, topics[op], rows))
+                runs.append(spawn("new", op, workers, "local[2]", bootstrap, topics[op], rows))
             if not args.no_cluster:
                 runs.append(spawn("new", op, 8, "local-cluster[2,1,1024]", bootstrap, topics[op], rows))
-        return {"rows": rows, "batch_rows": BATCH_ROWS, "old_commit": OLD_COMMIT, "runs": runs,
+        return {"rows": rows, "batch_rows": BATCH_ROWS, "runs": runs,
                 "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     finally:
         launcher.stop()

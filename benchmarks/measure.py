@@ -1,4 +1,4 @@
-"""Measurement helpers: percentiles, CPU accounting from /proc, GC pauses, progress lines.
+"""Measurement helpers: percentiles, CPU accounting (psutil, through runtime.costs), GC pauses, progress lines.
 
 Linux only (reads ``/proc``). Nothing here imports the manager.
 """
@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_TICK = os.sysconf("SC_CLK_TCK")
+import psutil
+
+from runtime.costs import process_cpu_s
+
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -48,23 +51,12 @@ def summary(values_ms: Sequence[float]) -> dict[str, float]:
 # -- CPU accounting ---------------------------------------------------------------------
 
 
-def _system_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies over all CPUs since boot."""
-    with open("/proc/stat") as stat:
-        fields = [int(value) for value in stat.readline().split()[1:9]]
-    idle = fields[3] + fields[4]
-    total = sum(fields)
+def _system_busy_s() -> tuple[float, float]:
+    """(busy, total) CPU seconds over all CPUs since boot."""
+    times = psutil.cpu_times()
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    total = sum(times)
     return total - idle, total
-
-
-def _process_ticks(pid: int) -> int:
-    """utime + stime of a process (all its threads); 0 if it is gone or not visible."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])
 
 
 def pytest_processes() -> int:
@@ -93,26 +85,26 @@ class CpuWindow:
 
     ours_pids: tuple[int, ...]
     redis_pid: int | None
-    _start: tuple[float, int, int, int, int] = field(default=(0.0, 0, 0, 0, 0), repr=False)
+    _start: tuple[float, float, float, float, float] = field(default=(0.0, 0.0, 0.0, 0.0, 0.0), repr=False)
 
     def __enter__(self) -> "CpuWindow":
-        busy, total = _system_ticks()
-        ours = sum(_process_ticks(pid) for pid in self.ours_pids)
-        redis = _process_ticks(self.redis_pid) if self.redis_pid else 0
+        busy, total = _system_busy_s()
+        ours = sum(process_cpu_s(pid) for pid in self.ours_pids)
+        redis = process_cpu_s(self.redis_pid) if self.redis_pid else 0.0
         self._start = (time.monotonic(), busy, total, ours, redis)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         wall0, busy0, total0, ours0, redis0 = self._start
-        busy, total = _system_ticks()
-        ours = sum(_process_ticks(pid) for pid in self.ours_pids)
-        redis = _process_ticks(self.redis_pid) if self.redis_pid else 0
+        busy, total = _system_busy_s()
+        ours = sum(process_cpu_s(pid) for pid in self.ours_pids)
+        redis = process_cpu_s(self.redis_pid) if self.redis_pid else 0.0
         elapsed = max(time.monotonic() - wall0, 1e-9)
         self.result = {
             "seconds": round(elapsed, 3),
-            "busy_cores": round((busy - busy0) / _TICK / elapsed, 3),
-            "ours_cores": round((ours - ours0) / _TICK / elapsed, 3),
-            "redis_cores": round((redis - redis0) / _TICK / elapsed, 3),
+            "busy_cores": round((busy - busy0) / elapsed, 3),
+            "ours_cores": round((ours - ours0) / elapsed, 3),
+            "redis_cores": round((redis - redis0) / elapsed, 3),
         }
         self.result["other_cores"] = round(
             max(0.0, self.result["busy_cores"] - self.result["ours_cores"] - self.result["redis_cores"]), 3

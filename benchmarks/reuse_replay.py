@@ -32,17 +32,6 @@ from typing import Any
 from benchmarks.reuse import TRACES, workloads
 from benchmarks.reuse_real import RealService, records_for, with_defrag
 from runtime import costs
-from runtime.costs import CLOCK_TICKS
-
-
-def _stat_ticks(path: Path) -> int:
-    """User + system ticks of a process or thread from its ``stat`` file (0 if it is gone)."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return 0
-    fields = text[text.rindex(")") + 2:].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def process_tree(root: int) -> dict[int, str]:
@@ -56,27 +45,27 @@ def process_tree(root: int) -> dict[int, str]:
     return commands
 
 
-def thread_ticks(pids: dict[int, str]) -> dict[tuple[int, str, str], int]:
-    """(pid, tid, thread name) -> ticks, for every thread of ``pids``."""
+def thread_cpu(pids: dict[int, str]) -> dict[tuple[int, str, str], float]:
+    """(pid, tid, thread name) -> CPU seconds, for every thread of ``pids``."""
     result = {}
     for pid in pids:
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                name = (task / "comm").read_text().strip()
+        for tid, used_s in costs.thread_cpu_s(pid).items():
+            try:  # the name is not CPU: psutil does not read it
+                name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
             except OSError:
                 continue
-            result[(pid, task.name, name)] = _stat_ticks(task / "stat")
+            result[(pid, str(tid), name)] = used_s
     return result
 
 
-def _per_thread(pids: dict[int, str], before: dict[tuple[int, str, str], int], after: dict[tuple[int, str, str], int],
+def _per_thread(pids: dict[int, str], before: dict[tuple[int, str, str], float], after: dict[tuple[int, str, str], float],
                 seconds: float) -> dict[str, float]:
-    """Cores per kind of thread (program: thread name) between two ``thread_ticks`` readings."""
+    """Cores per kind of thread (program: thread name) between two ``thread_cpu`` readings."""
     used: dict[str, float] = {}
-    for (pid, tid, name), ticks in after.items():
+    for (pid, tid, name), used_s in after.items():
         program = (pids.get(pid, "").split() or ["(exited)"])[0].rsplit("/", 1)[-1]
         kind = f"{program}: {name}"
-        used[kind] = round(used.get(kind, 0.0) + (ticks - before.get((pid, tid, name), 0)) / CLOCK_TICKS / seconds, 4)
+        used[kind] = round(used.get(kind, 0.0) + (used_s - before.get((pid, tid, name), 0.0)) / seconds, 4)
     return used
 
 
@@ -195,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         jvm: list[dict[str, float]] = []
         pids = process_tree(service.process.pid)
         tree_cpu = costs.ProcessTreeCpu(service.process.pid)
-        threads_before, last = thread_ticks(pids), tree_cpu()
+        threads_before, last = thread_cpu(pids), tree_cpu()
         jvm_before = jvm_counters(jvm_pid(pids))
         for number in range(int(args.watch // args.window)):
             time.sleep(args.window)
             pids = process_tree(service.process.pid)
-            threads_after, now = thread_ticks(pids), tree_cpu()
+            threads_after, now = thread_cpu(pids), tree_cpu()
             by_thread.append(_per_thread(pids, threads_before, threads_after, args.window))
             jvm_after = jvm_counters(jvm_pid(pids))
             jvm.append({key: round((value - jvm_before[key]) / args.window, 3) for key, value in jvm_after.items()

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,8 +38,8 @@ import redis
 from api.launcher import Launcher
 from manager.service import Manager
 from runtime.broker.topics import Topics
+from runtime.costs import process_tree_cpu_s
 from runtime.plan import TaskSpec
-from runtime.spark.builders import attach
 from runtime.spark.fragment import FragmentQuery, QueryPlan
 from runtime.spark.runtime import SparkRuntime
 from runtime.spark.session import spark_session
@@ -48,27 +47,9 @@ from sana.settings import Settings
 
 MASTER = os.environ.get("SANA_SPARK_MASTER", "local[2]")
 URBAN = {"sensor": "string", "temp": "double", "sent": "double", "ts": "timestamp"}
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 # -- measuring -----------------------------------------------------------------------------
-
-def tree_cpu_seconds(root: int | None = None) -> float:
-    """utime + stime of this process and all its descendants (live ones), in seconds."""
-    root = root or os.getpid()
-    total, frontier = 0, [root]
-    while frontier:
-        pid = frontier.pop()
-        try:
-            with open(f"/proc/{pid}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-        frontier += [int(child) for child in children]
-    return total / TICK
-
 
 def _steady_state(query, rows: int, warmup_batches: int = 2) -> dict[str, Any]:
     """CPU and time per row over the batches after the first ``warmup_batches`` (the query's start, the Python
@@ -84,13 +65,13 @@ def _steady_state(query, rows: int, warmup_batches: int = 2) -> dict[str, Any]:
             raise query.exception()
         batches, processed, busy = done()
         if start is None and batches >= warmup_batches:
-            start = (tree_cpu_seconds(), processed, busy, batches)
+            start = (process_tree_cpu_s(), processed, busy, batches)
         if processed >= rows:
             break
         time.sleep(0.02)
     if start is None or processed <= start[1]:
         raise SystemExit(f"too few batches to measure after {warmup_batches} of warm-up: raise the rows")
-    cpu = tree_cpu_seconds() - start[0]
+    cpu = process_tree_cpu_s() - start[0]
     measured = processed - start[1]
     return {"measured_rows": measured, "measured_batches": batches - start[3],
             "rows_per_s_busy": round(measured / (busy - start[2])), "cpu_s_per_million_rows": round(cpu / measured * 1e6, 1)}
@@ -221,7 +202,6 @@ class Bench:
         self.bootstrap = self.settings.effective_kafka_bootstrap
         self.redis = redis.Redis()
         self.topics = Topics(self.bootstrap)
-        attach()
         self.spark = spark_session(MASTER)
 
     def close(self) -> None:
@@ -372,10 +352,10 @@ class Bench:
                 time.sleep(8)  # warm-up: the first batches, the Python workers
                 arrivals.clear()
                 received0, sent0 = arrivals.received[sink], producer.sent
-                cpu0, wall0 = tree_cpu_seconds(), time.monotonic()
+                cpu0, wall0 = process_tree_cpu_s(), time.monotonic()
                 time.sleep(seconds)
                 elapsed = time.monotonic() - wall0
-                cores = (tree_cpu_seconds() - cpu0) / elapsed
+                cores = (process_tree_cpu_s() - cpu0) / elapsed
                 out_rate = (arrivals.received[sink] - received0) / elapsed
                 in_rate = (producer.sent - sent0) / elapsed
             latencies = list(arrivals.latencies[sink])
@@ -435,9 +415,9 @@ class Bench:
                         time.sleep(8)
                         for values in arrivals.latencies.values():
                             values.clear()
-                        cpu0, wall0 = tree_cpu_seconds(), time.monotonic()
+                        cpu0, wall0 = process_tree_cpu_s(), time.monotonic()
                         time.sleep(seconds)
-                        cores = (tree_cpu_seconds() - cpu0) / (time.monotonic() - wall0)
+                        cores = (process_tree_cpu_s() - cpu0) / (time.monotonic() - wall0)
                     latencies = [value for values in arrivals.latencies.values() for value in values]
                     key = f"{'hosting' if hosting else 'one_query_per_fragment'}_{count}"
                     results[key] = {"dataflows": count, "queries": len(manager.runtime.queries), "cores": round(cores, 2),

@@ -73,15 +73,14 @@ def _child(shape: str, rows: int, branches: int, partitions: int, warmup: int, b
     """Run in the child process: the measured batches of one shape."""
     import pyarrow as pa
 
-    from benchmarks.reuse_replay import _stat_ticks
-    from runtime.costs import CLOCK_TICKS
+    from runtime.costs import process_cpu_s
     from runtime.spark.session import spark_session
 
     spark = spark_session("local[2]", "statement-shapes", conf=INTERPRETED if shape == "interpreted" else None)
     pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
-    def ticks() -> int:
-        return _stat_ticks(Path(f"/proc/{pid}/stat"))
+    def jvm_cpu_s() -> float:
+        return process_cpu_s(pid)
 
     rng = random.Random(0)
     records = [(json.dumps({"msgid": str(i), "station": f"s{i % 7}", "value": rng.uniform(0, 100),
@@ -114,11 +113,11 @@ def _child(shape: str, rows: int, branches: int, partitions: int, warmup: int, b
 
     for _ in range(warmup):
         batch()
-    began, before = time.perf_counter(), ticks()
+    began, before = time.perf_counter(), jvm_cpu_s()
     written = 0
     for _ in range(batches):
         written = batch()
-    return {"jvm_cpu_ms": round(1000 * (ticks() - before) / CLOCK_TICKS / batches, 1),
+    return {"jvm_cpu_ms": round(1000 * (jvm_cpu_s() - before) / batches, 1),
             "wall_ms": round(1000 * (time.perf_counter() - began) / batches, 1), "rows_out": written}
 
 

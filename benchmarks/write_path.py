@@ -28,18 +28,12 @@ from pathlib import Path
 from statistics import median
 
 from benchmarks.rounds import run_in_rounds
+from runtime.costs import process_cpu_s
 
 VARIANTS = ("kafka-python", "librdkafka")
 
 
-def _cpu_s(pid: int | str = "self") -> float:
-    from benchmarks.reuse_replay import _stat_ticks
-    from runtime.costs import CLOCK_TICKS
-
-    return _stat_ticks(Path(f"/proc/{pid}/stat")) / CLOCK_TICKS
-
-
-def _table(rows: int, topics: int, seed: int):
+def record_table(rows: int, topics: int, seed: int):
     import pyarrow as pa
 
     rng = random.Random(seed)
@@ -81,17 +75,17 @@ def _child(variant: str, bootstrap: str, broker_pid: int, rows: int, topics: int
         from runtime.broker.producer import BatchProducer
 
         producer = BatchProducer(bootstrap)
-    table = _table(rows, topics, seed=1)
+    table = record_table(rows, topics, seed=1)
     headers = [("sana.writer", b"q-write-path"), ("sana.run", b"r1"), ("sana.batch", b"7")]
     try:
         producer.send_table(table, headers)  # warm up: connections, metadata, topics created
-        began, own, broker = time.perf_counter(), _cpu_s(), _cpu_s(broker_pid)
+        began, own, broker = time.perf_counter(), process_cpu_s(), process_cpu_s(broker_pid)
         for _ in range(batches):
             producer.send_table(table, headers)
         count = rows * batches
         return {"records": count,
-                "python_us_per_record": round(1e6 * (_cpu_s() - own) / count, 2),
-                "broker_us_per_record": round(1e6 * (_cpu_s(broker_pid) - broker) / count, 2),
+                "python_us_per_record": round(1e6 * (process_cpu_s() - own) / count, 2),
+                "broker_us_per_record": round(1e6 * (process_cpu_s(broker_pid) - broker) / count, 2),
                 "wall_us_per_record": round(1e6 * (time.perf_counter() - began) / count, 2)}
     finally:
         producer.close()

@@ -3,7 +3,7 @@
 The Spark runtime keeps cumulative counters per query (time spent in its
 micro-batches) and per task (records and bytes its outputs wrote, rows and
 bytes of its keyed state). A :class:`CostMeter` samples them, with the CPU
-time of the service's process tree read from ``/proc``, every few seconds,
+time of the service's process tree (psutil), every few seconds,
 and turns the last window of samples into rates per task:
 
 - ``cpu_cores``: the service's measured CPU over the window (cores), split
@@ -33,12 +33,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 WINDOW_S = 30.0
 SAMPLE_EVERY_S = 5.0
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def process_tree_cpu_s(root: int | None = None, proc: Path = Path("/proc")) -> float:
+# -- CPU of processes (the one place that reads it; psutil reads /proc on Linux) -----------------
+
+def process_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system, all threads, not its children's) used so far by ``pid`` (default: this
+    process); 0.0 once it is gone.
+
+    >>> process_cpu_s() > 0
+    True
+    """
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system
+
+
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """Thread id -> CPU seconds (user + system) of every thread of ``pid``; empty once it is gone."""
+    try:
+        return {thread.id: thread.user_time + thread.system_time for thread in psutil.Process(pid).threads()}
+    except psutil.Error:
+        return {}
+
+
+def process_tree_cpu_s(root: int | None = None) -> float:
     """CPU seconds (user + system) used so far by ``root`` (default: this process) and its descendants.
 
     The time of children that exited and were reaped counts in their parent's;
@@ -48,9 +73,9 @@ def process_tree_cpu_s(root: int | None = None, proc: Path = Path("/proc")) -> f
     >>> process_tree_cpu_s() > 0
     True
     """
-    ticks: dict[int, int] = {}
-    tree = process_tree(os.getpid() if root is None else root, proc, ticks)
-    return sum(ticks.get(pid, 0) for pid in tree) / CLOCK_TICKS
+    cpu: dict[int, float] = {}
+    tree = process_tree(os.getpid() if root is None else root, cpu)
+    return sum(cpu.get(pid, 0.0) for pid in tree)
 
 
 class ProcessTreeCpu:
@@ -85,36 +110,35 @@ class ProcessTreeCpu:
     True
     """
 
-    def __init__(self, root: int | None = None, proc: Path = Path("/proc")) -> None:
+    def __init__(self, root: int | None = None) -> None:
         self.root = os.getpid() if root is None else root
-        self.proc = proc
-        self._members: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, start) -> (parent pid, ticks)
-        self._departed_ticks = 0
+        self._members: dict[tuple[int, float], tuple[int, float]] = {}  # (pid, start) -> (parent pid, CPU s)
+        self._departed_s = 0.0
         self._lock = threading.Lock()
 
     def __call__(self) -> float:
-        table = _proc_table(self.proc)  # pid -> (parent pid, start, ticks)
+        table = _process_table()  # pid -> (parent pid, start, CPU s)
         with self._lock:
-            surviving = {pid for pid, start in self._members if table.get(pid, (0, -1, 0))[1] == start}
+            surviving = {pid for pid, start in self._members if table.get(pid, (0, -1.0, 0.0))[1] == start}
             members = _descendants({pid: row[0] for pid, row in table.items()}, surviving | {self.root})
-            for (pid, start), (parent, ticks) in self._members.items():
+            for (pid, start), (parent, used_s) in self._members.items():
                 if pid in surviving:
                     continue
-                if parent in members and not _ignores_children(self.proc, parent):
+                if parent in members and not _ignores_children(parent):
                     continue  # its parent waited for it: its time is in the parent's reaped-children time
-                self._departed_ticks += ticks  # reaped by init or by the kernel: its time is nowhere else
+                self._departed_s += used_s  # reaped by init or by the kernel: its time is nowhere else
             self._members = {(pid, table[pid][1]): (table[pid][0], table[pid][2]) for pid in members if pid in table}
-            return (sum(ticks for _, ticks in self._members.values()) + self._departed_ticks) / CLOCK_TICKS
+            return sum(used_s for _, used_s in self._members.values()) + self._departed_s
 
 
 SIGCHLD_BIT = 1 << (signal.SIGCHLD - 1)
 
 
-def _ignores_children(proc: Path, pid: int) -> bool:
-    """Whether ``pid`` ignores ``SIGCHLD`` (``SigIgn`` in ``/proc/<pid>/status``): its children are reaped by the
-    kernel, and their CPU time is not added to its reaped-children time."""
+def _ignores_children(pid: int) -> bool:
+    """Whether ``pid`` ignores ``SIGCHLD`` (``SigIgn`` in ``/proc/<pid>/status``, which psutil does not read): its
+    children are reaped by the kernel, and their CPU time is not added to its reaped-children time."""
     try:
-        for line in (proc / str(pid) / "status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("SigIgn:"):
                 return bool(int(line.split()[1], 16) & SIGCHLD_BIT)
     except (OSError, ValueError, IndexError):
@@ -122,18 +146,14 @@ def _ignores_children(proc: Path, pid: int) -> bool:
     return False
 
 
-def _proc_table(proc: Path) -> dict[int, tuple[int, int, int]]:
-    """pid -> (parent pid, start time, CPU ticks with its reaped children's) for every process in ``proc``."""
+def _process_table() -> dict[int, tuple[int, float, float]]:
+    """pid -> (parent pid, start time, CPU seconds with its reaped children's) for every process we may read."""
     table = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
+    for process in psutil.process_iter(["ppid", "create_time", "cpu_times"]):
+        parent, start, times = process.info["ppid"], process.info["create_time"], process.info["cpu_times"]
+        if parent is None or start is None or times is None:  # gone meanwhile, or not ours to read
             continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        fields = text[text.rindex(")") + 2:].split()
-        table[int(entry.name)] = (int(fields[1]), int(fields[19]), sum(int(value) for value in fields[11:15]))
+        table[process.pid] = (parent, start, times.user + times.system + times.children_user + times.children_system)
     return table
 
 
@@ -152,17 +172,17 @@ def _descendants(parents: Mapping[int, int], starts: set[int]) -> set[int]:
     return tree
 
 
-def process_tree(root: int, proc: Path = Path("/proc"), ticks: dict[int, int] | None = None) -> set[int]:
-    """``root`` and its descendants, found through the parent pid in ``/proc/<pid>/stat``.
+def process_tree(root: int, cpu: dict[int, float] | None = None) -> set[int]:
+    """``root`` and its live descendants, found through their parent pids.
 
-    ``ticks``, when given, receives every process's CPU ticks (utime, stime and its reaped children's).
+    ``cpu``, when given, receives every process's CPU seconds (user, system and its reaped children's).
 
     >>> os.getpid() in process_tree(os.getpid())
     True
     """
-    table = _proc_table(proc)
-    if ticks is not None:
-        ticks.update((pid, row[2]) for pid, row in table.items())
+    table = _process_table()
+    if cpu is not None:
+        cpu.update((pid, row[2]) for pid, row in table.items())
     return _descendants({pid: row[0] for pid, row in table.items()}, {root}) | {root}
 
 

@@ -13,7 +13,6 @@ import re
 import shlex
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import yaml
