@@ -4,10 +4,10 @@
 # driver in one process (`sana serve`, uvicorn serving api.app:app). With Spark
 # on Kubernetes the same image also runs the executors (see helm/sana).
 #
-#   docker build -t sana:0.1.0 .
+#   docker build -t sana:0.4.0 .
 #   docker run --rm -p 8000:8000 -e SANA_REDIS_URL=redis://host:6379/0 \
 #     -e SANA_KAFKA_BOOTSTRAP=host:9092 -e SANA_TOKENS_FILE=/etc/sana/tokens.json \
-#     -v "$PWD/tokens.json:/etc/sana/tokens.json:ro" sana:0.1.0
+#     -v "$PWD/tokens.json:/etc/sana/tokens.json:ro" sana:0.4.0
 #
 # The container listens on every address, so it needs a tokens file (README,
 # "Principals and tokens"): without SANA_TOKENS_FILE `sana serve` refuses to

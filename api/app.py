@@ -33,6 +33,7 @@ from manager.service import Manager, task_wan_fields
 from manager.validate import parse_dataflow
 from runtime.operators.limits import OperatorLimits
 from sana.auth import Principal, check_topics
+from sana import __version__
 from sana.exceptions import Forbidden
 from sana.errors import SanaError
 from sana.settings import Settings, get_settings
@@ -63,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="Sana",
-        version="0.1.0",
+        version=__version__,
         summary="Shared streaming dataflows: reuse what already runs.",
         lifespan=lifespan,
     )

@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from sana import __version__
 from tests.helm.chart_fixtures import (
     KUBE_VERSION,
     NAMESPACE,
@@ -492,7 +493,7 @@ def test_spark_on_kubernetes_configures_client_mode_executors(render_chart):
     assert defaults["spark.driver.host"] == f"{FULLNAME}-driver.{NAMESPACE}.svc.cluster.local"
     assert defaults["spark.driver.port"] == "7078"
     assert defaults["spark.kubernetes.namespace"] == NAMESPACE
-    assert defaults["spark.kubernetes.container.image"] == "sana:0.1.0"
+    assert defaults["spark.kubernetes.container.image"] == f"sana:{__version__}"
     assert defaults["spark.executor.instances"] == "3"
     assert defaults["spark.executor.memory"] == "3g"
     assert defaults["spark.kubernetes.driver.pod.name"] == "${env:SANA_POD_NAME}"
