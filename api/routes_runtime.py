@@ -24,10 +24,7 @@ router = APIRouter(prefix="/runtime", tags=["runtime"])
 
 async def _metrics(request: Request) -> dict[str, Any]:
     runtime = request.app.state.services.manager.runtime
-    read = getattr(runtime, "fragment_metrics", None)
-    if read is None:
-        return {"kind": runtime.kind, "fragments": {}, "queries": {}}
-    return {"kind": runtime.kind, **(await run_in_threadpool(read))}
+    return {"kind": runtime.kind, **(await run_in_threadpool(runtime.fragment_metrics))}
 
 
 @router.get("/fragments")

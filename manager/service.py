@@ -517,10 +517,9 @@ class Manager:
 
     def _measured(self) -> dict[str, float]:
         """Output Mbps the runtime measured per running task (empty without a WAN or a measuring runtime)."""
-        read = getattr(self.runtime, "task_costs", None)
-        if read is None or self.state.wan is None:
+        if self.state.wan is None:
             return {}
-        return measured_mbps(read())
+        return measured_mbps(self.runtime.task_costs())
 
     def _deploy_and_commit(self, kind: str, change, commit: Callable[[], int], what: str) -> int:
         self.store.mark_pending({"kind": kind, "dataflow": what, "reason": change.reason,
@@ -581,12 +580,8 @@ class Manager:
         query runs them changes. A runtime without queries (dry run) has nothing to do.
         """
         self._ensure_started()
-        defragment = getattr(self.runtime, "defragment", None)
-        if defragment is None:
-            return {"queries_before": 0, "queries_after": 0, "merged": [], "skipped": [],
-                    "note": f"the {self.runtime.kind} runtime runs no queries"}
         with self._guard(), self._changing:  # reads (and /healthz) go on meanwhile; changes wait
-            return defragment()
+            return self.runtime.defragment()
 
     def _defragment_in_background(self) -> None:
         if not self._defragmenting.acquire(blocking=False):  # one is running: it sees this removal too
@@ -604,9 +599,7 @@ class Manager:
     def costs(self) -> dict[str, Any]:
         """Every dataflow's share of the measured cost of the tasks it uses (:mod:`manager.costs`)."""
         state = self.snapshot()
-        read = getattr(self.runtime, "task_costs", None)
-        measured = read() if read is not None else {"measured": False, "window_s": 0.0, "tasks": {}}
-        return attribute(measured, {flow.id: list(flow.tasks.values()) for flow in state.dataflows.values()})
+        return attribute(self.runtime.task_costs(), {flow.id: list(flow.tasks.values()) for flow in state.dataflows.values()})
 
     def cost(self, dataflow_id: str) -> dict[str, Any]:
         """One dataflow's cost: its shares, what it would cost alone, what sharing saves it."""

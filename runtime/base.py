@@ -54,4 +54,19 @@ class Runtime(Protocol):
         """Running task id -> the query it waits for, for the tasks of a query that is down or restarting."""
         ...
 
+    def fragment_metrics(self) -> dict[str, Any]:
+        """``{"fragments": {fragment: its query's rates, lag, state}, "queries": {query id: metrics}}``; empty
+        when nothing runs as queries."""
+        ...
+
+    def task_costs(self) -> dict[str, Any]:
+        """``{"measured", "window_s", "tasks": {task id: cpu_cores, kafka_bytes_per_s, ...}}``
+        (:mod:`runtime.costs`); ``measured`` false when nothing is measured."""
+        ...
+
+    def defragment(self) -> dict[str, Any]:
+        """Run groups of queries that one query could run as one (``queries_before``, ``queries_after``,
+        ``merged``, ``skipped``); a runtime without queries reports nothing to do in a ``note``."""
+        ...
+
     def close(self) -> None: ...

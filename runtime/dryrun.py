@@ -73,6 +73,19 @@ class DryRunRuntime:
     def restore(self, tasks: Mapping[str, TaskSpec]) -> None:
         self.reconcile(tasks)
 
+    def fragment_metrics(self) -> dict[str, Any]:
+        """Nothing runs as queries."""
+        return {"fragments": {}, "queries": {}}
+
+    def task_costs(self) -> dict[str, Any]:
+        """Nothing runs, so nothing is measured."""
+        return {"measured": False, "window_s": 0.0, "tasks": {}}
+
+    def defragment(self) -> dict[str, Any]:
+        """No queries, nothing to merge."""
+        return {"queries_before": 0, "queries_after": 0, "merged": [], "skipped": [],
+                "note": f"the {self.kind} runtime runs no queries"}
+
     def work(self) -> dict[str, Any]:
         """Nothing runs, so nothing fails or stalls."""
         return {"status": "ok", "degraded": [], "quarantined": []}
