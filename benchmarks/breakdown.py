@@ -92,7 +92,7 @@ def _instrumented(manager: Manager) -> Iterator[_Recorder]:
         (store, "commit_merge"): recorder.timed("commit", store.commit_merge),
         (store, "commit_unmerge"): recorder.timed("commit", store.commit_unmerge),
         (runtime, "apply"): recorder.timed("runtime", runtime.apply),
-        (manager, "sync"): recorder.timed("sync", manager.sync),
+        (manager.ledger, "sync"): recorder.timed("sync", manager.ledger.sync),
     }
     module_functions = {
         "plan_merge": recorder.timed("plan", merge.plan_merge),

@@ -24,8 +24,11 @@ def used_on_runtimes() -> dict[str, list[str]]:
     used: dict[str, list[str]] = {}
     for package in ("manager", "api"):
         for path in sorted((ROOT / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if not isinstance(node, ast.Attribute):
+            tree = ast.parse(path.read_text())
+            decorators = {id(decorator) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                          for decorator in node.decorator_list}  # ``@runtime.setter`` is not a use
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Attribute) or id(node) in decorators:
                     continue
                 owner = node.value
                 name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")

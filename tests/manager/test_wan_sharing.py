@@ -439,7 +439,7 @@ def test_a_manager_dead_after_the_hand_over_completes_the_replacement_on_restart
     moved work would start again from the topics' ends and lose what arrived meanwhile."""
     made, runtime, first, second, first_document = planned_unsharing(redis_client, state_prefix)
     planned = made.replacement(0.95)
-    monkeypatch.setattr("manager.service.fail_point", die_at(point))
+    monkeypatch.setattr("manager.wan_control.fail_point", die_at(point))
     with pytest.raises(Died):
         made.replace(0.95)
     assert made.store.read_pending()["handed_over"] is (point == "manager.replace.staged")
@@ -459,7 +459,7 @@ def test_a_manager_dead_before_the_hand_over_undoes_the_replacement_on_restart(r
                                                                              monkeypatch):
     made, runtime, first, second, _ = planned_unsharing(redis_client, state_prefix)
     before = copy.deepcopy(made.state)
-    monkeypatch.setattr("manager.service.fail_point", die_at("manager.replace.pending"))
+    monkeypatch.setattr("manager.wan_control.fail_point", die_at("manager.replace.pending"))
     with pytest.raises(Died):
         made.replace(0.95)
     assert made.store.read_pending()["handed_over"] is False and redis_client.keys(f"{state_prefix}:staged:*")

@@ -167,7 +167,7 @@ def test_a_manager_killed_right_after_the_hand_over_completes_it_on_restart_with
     manager.set_wan(wan(urban, p_to_h2=5))
     planned = manager.replacement(0.95)
     moved_filter = planned["dataflows"][0]["moves"][0]["to"]["running_task"]
-    monkeypatch.setattr("manager.service.fail_point", die_at("manager.replace.deployed"))
+    monkeypatch.setattr("manager.wan_control.fail_point", die_at("manager.replace.deployed"))
     with pytest.raises(Died):
         manager.replace(0.95)
     monkeypatch.undo()
