@@ -40,7 +40,7 @@ def main() -> int:
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from runtime.spark.keyed import partition_keys
+    from runtime.spark.shuffle import partition_keys
     from runtime.spark.session import spark_session
 
     spark = spark_session("local[2]")

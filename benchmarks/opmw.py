@@ -1,4 +1,4 @@
-"""A seeded generator of synthetic workflows shaped like the reuse paper's OPMW set (WORKLOADS.md).
+"""A seeded generator of synthetic workflows shaped like the reuse paper's OPMW set (docs/reuse.md, "Workloads").
 
 The paper (section 5.1) ran 35 scientific workflows from the OPMW repository:
 2-38 tasks each, 471 tasks in all, "of which 219 are unique", with every

@@ -1,4 +1,4 @@
-"""A seeded generator of RIoTBench-style IoT dataflows (WORKLOADS.md, "RIoTBench-style IoT apps").
+"""A seeded generator of RIoTBench-style IoT dataflows (docs/reuse.md, "Workloads").
 
 RIoTBench composes IoT tasks into four apps (ETL, STATS, PRED, TRAIN). The reuse
 paper built 21 apps from them over three shared sources (smart grid, urban
@@ -430,7 +430,7 @@ def check(count: int, seed: int = 0) -> dict[str, Any]:
     """Validate ``count`` dataflows with the manager's own parser and summarize the sharing.
 
     ``distinct_tasks`` is what would run with every dataflow submitted at once
-    (CONTRACT.md: the number of distinct signatures, as every task reaches a sink).
+    (docs/architecture.md, "Guarantees": the number of distinct signatures, as every task reaches a sink).
     """
     from manager.validate import parse_dataflow
 

@@ -40,7 +40,8 @@ from manager.service import Manager
 from runtime.broker.topics import Topics
 from runtime.costs import process_tree_cpu_s
 from runtime.plan import TaskSpec
-from runtime.spark.fragment import FragmentQuery, QueryPlan
+from runtime.spark.fragment import FragmentQuery
+from runtime.spark.live_plan import LivePlan
 from runtime.spark.runtime import SparkRuntime
 from runtime.spark.session import spark_session
 from sana.settings import Settings
@@ -251,7 +252,7 @@ class Bench:
         for batch_rows in (20_000, 100_000):
             query = FragmentQuery(self.spark, f"bench-{batch_rows}", {topic: {"0": 0}}, self.bootstrap,
                                   Path(tempfile.mkdtemp()), 0.5, max_records_per_batch=batch_rows, producer=BatchProducer(self.bootstrap))
-            query.set_plan(QueryPlan(1, tuple(tasks), {}, (("out", sink),), {t.id: t.schema for t in tasks}))
+            query.set_plan(LivePlan(1, tuple(tasks), {}, (("out", sink),), {t.id: t.schema for t in tasks}))
             wall0 = time.monotonic()
             query.start()
             steady = _steady_state(query.query, rows)
@@ -271,14 +272,15 @@ class Bench:
         from pyspark.sql import functions as F
 
         from runtime.broker.producer import BatchProducer
-        from runtime.spark.builders import encode_records
 
         producer = BatchProducer(self.bootstrap)
         rate = 2 * batch_rows
 
         def write(df, batch_id):
             out = df.where("temp > 30").select("sensor", (F.col("temp") * 9 / 5 + 32).alias("f"), "ts")
-            producer.send_table(encode_records(out, sink).toArrow(), [("sana.batch", str(batch_id).encode())])
+            # each row as JSON, as a fragment's sink encodes it
+            encoded = out.select(F.lit(sink).alias("topic"), F.to_json(F.struct(*out.columns)).alias("value"))
+            producer.send_table(encoded.toArrow(), [("sana.batch", str(batch_id).encode())])
 
         frame = (self.spark.readStream.format("rate").option("rowsPerSecond", rate).option("numPartitions", 2).load()
                  .select(F.concat(F.lit("s"), (F.col("value") % 16).cast("string")).alias("sensor"),

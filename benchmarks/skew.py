@@ -83,7 +83,7 @@ def write_inputs(root: Path, batches: int, rows: int) -> dict[str, list[str]]:
 # -- policies ---------------------------------------------------------------------------
 
 def make_controller(policy: str, workers: int):
-    from runtime.spark.keyed import BUCKETS
+    from runtime.spark.shuffle import BUCKETS
     from runtime.spark.reshape import Controller, Group, ReshapeSettings
 
     if policy == "hash":
@@ -135,7 +135,7 @@ class ServiceTime:
 
 
 def run_one(spark, files: list[str], policy: str, workers: int, root: Path, service_us: float = 0.0) -> dict[str, Any]:
-    from runtime.spark.window import WindowAggregate
+    from runtime.operators.window.spark import WindowAggregate
     from runtime.spark.worker_state import WorkerStateStore
     from tests.fixtures.keyed import keyed_task
 

@@ -1,4 +1,4 @@
-"""Submit/remove traces of the reuse paper's evaluation (section 5.1, WORKLOADS.md "Traces").
+"""Submit/remove traces of the reuse paper's evaluation (section 5.1; docs/reuse.md, "Traces").
 
 A trace is a list of steps ``("add", i)`` or ``("remove", i)`` over dataflows
 ``0 .. n-1`` of a workload. Every trace obeys the paper's rules: a running

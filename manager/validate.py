@@ -1,4 +1,4 @@
-"""Validation of a dataflow document: every rejection rule of CONTRACT.md section 1.
+"""Validation of a dataflow document: every rejection rule of the dataflow document.
 
 :func:`parse_dataflow` takes the body (bytes, text or an already decoded
 object) and returns a :class:`~manager.model.Dataflow` with canonical configs,
@@ -20,7 +20,7 @@ from manager.model import Dataflow, Stream, Task
 from manager.signature import signatures
 from runtime.exceptions import OperatorConfigInvalid, OperatorUnknown
 from runtime.operators import OperatorSpec, get_operator
-from runtime.operators.keyed import tidy_runtime_keys, without_runtime_keys
+from runtime.operators.keyed_options import tidy_runtime_keys, without_runtime_keys
 from runtime.operators.limits import OperatorLimitExceeded, OperatorLimits
 from runtime.operators.names import check_output
 from runtime.operators.types import Schema

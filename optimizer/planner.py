@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from optimizer.algorithm1 import admit
+from optimizer.admission import admit
 from optimizer.contention import Contention
 from planning.model import (SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningTask, RunningView,
                             VertexAdmission, Weighing)
@@ -107,7 +107,7 @@ def admit_shares(
     ``configs`` holds the task configurations, a source's rate is its topic's).
     Every vertex but the sources gets its IN-OP and IN opportunities
     (:mod:`optimizer.opportunities`), and Algorithm 1 admits those the WAN can
-    carry (:mod:`optimizer.algorithm1`).
+    carry (:mod:`optimizer.admission`).
 
     Algorithm 1 checks an IN-OP share against the links to the query's
     pinned destinations. A share can also overflow a link that only the

@@ -4,7 +4,7 @@ The runtime works on frames where user columns sit next to its own: the
 keyed shuffle adds ``__sana_pkey``, ``__sana_bucket`` and ``__sana_side``, a
 window's workers ``__sana_ts``, ``__sana_start``, ``__sana_end``,
 ``__p_<part>`` and ``__agg_<aggregate>__<part>``, a join's workers hold each
-side's columns as ``__l_<name>`` and ``__r_<name>`` (runtime/spark/keyed.py,
+side's columns as ``__l_<name>`` and ``__r_<name>`` (runtime/spark/shuffle.py,
 window.py, window_worker.py, join_worker.py). Every name starting with
 :data:`RESERVED_PREFIX` is Sana's, so no user column can meet one of them.
 

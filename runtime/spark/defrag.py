@@ -29,7 +29,8 @@ from typing import Any
 from runtime.broker.offsets import probe_consumer
 from runtime.exceptions import DefragmentationFailed
 from runtime.spark.cut import drain, set_bounds, topic_ends
-from runtime.spark.fragment import REPLAYS_KEY, FragmentQuery, StateCopy
+from runtime.spark.fragment import FragmentQuery, StateCopy
+from runtime.spark.statement import REPLAYS_KEY
 from runtime.spark.host import QueryHost
 from runtime.spark.layout import internal_topics, layouts
 
@@ -75,7 +76,7 @@ def merge_queries(runtime: QueryHost, group: list[str], timeout_s: float) -> dic
         new_query.seed(states, copies)
         runtime.switch_records(add=record, remove=group)
         switched = True
-        new_query.set_plan(runtime.query_plan(plan))
+        new_query.set_plan(runtime.live_plan(plan))
         new_query.start()
         new_query.wait_running()
     except BaseException as error:

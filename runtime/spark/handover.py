@@ -42,7 +42,8 @@ from runtime.broker.offsets import probe_consumer
 from runtime.exceptions import HandOverFailed, RuntimeFailure
 from runtime.plan import Change, seeds_problem
 from runtime.spark.cut import Offsets, drain, lift_bounds, set_bounds, topic_ends
-from runtime.spark.fragment import REPLAYS_KEY, FragmentQuery, StateCopy
+from runtime.spark.fragment import FragmentQuery, StateCopy
+from runtime.spark.statement import REPLAYS_KEY
 from runtime.spark.host import QueryHost
 from runtime.spark.layout import QueryLayout
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runtime.plan import TaskSpec
-from runtime.spark.fragment import FragmentQuery, QueryPlan
+from runtime.spark.fragment import FragmentQuery
+from runtime.spark.live_plan import LivePlan
 from runtime.spark.layout import QueryLayout
 
 
@@ -36,7 +37,7 @@ class QueryHost(Protocol):
 
     def make_query(self, record: dict[str, Any]) -> FragmentQuery: ...
 
-    def query_plan(self, plan: QueryLayout) -> QueryPlan: ...
+    def live_plan(self, plan: QueryLayout) -> LivePlan: ...
 
     def switch_records(self, add: dict[str, Any] | None, remove: list[str],
                        restore: list[list[dict[str, Any]]] | None = None) -> None: ...

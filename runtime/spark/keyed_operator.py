@@ -3,8 +3,8 @@
 A micro-batch of a keyed operator goes through three calls from the fragment:
 
 1. :meth:`KeyedOperator.plan` builds the (lazy) Spark plan: route the input
-   to logical workers, shuffle by worker (:func:`runtime.spark.keyed.shuffle`)
-   and run a :class:`~runtime.spark.keyed.WorkerTask` per worker. It returns
+   to logical workers, shuffle by worker (:func:`runtime.spark.shuffle.shuffle`)
+   and run a :class:`~runtime.spark.worker_task.WorkerTask` per worker. It returns
    the output DataFrame and the driver's part of the state for this batch
    (watermarks, the routing table in force).
 2. The fragment runs its output job; the worker tasks run inside it and
@@ -37,8 +37,9 @@ from runtime.plan import TaskSpec
 from runtime.operators.types import Schema
 from runtime.spark.sql_text import ddl
 from runtime.spark.frames import arrow_schema
-from runtime.operators.keyed import ReshapeOptions
-from runtime.spark.keyed import DEFAULT_WORKERS, Router, Routing, WorkerLoad, WorkerTask, partition_keys, shuffle_sql
+from runtime.operators.keyed_options import ReshapeOptions
+from runtime.spark.shuffle import DEFAULT_WORKERS, Router, Routing, partition_keys, shuffle_sql
+from runtime.spark.worker_task import WorkerLoad, WorkerTask
 from runtime.spark.reshape import BatchLoad, Controller, ReshapeSettings
 from runtime.spark.worker_state import WorkerStateStore
 

@@ -54,7 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from runtime.spark.keyed import SLICES
+from runtime.spark.shuffle import SLICES
 
 HISTORY = 60  # batches of per-worker load kept for the inspector's chart
 ROLLBACK_AT = 0.9  # a split ends when the skewed worker's own load falls under 0.9 eta (hysteresis)

@@ -26,7 +26,6 @@ dataflows' work.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import threading
@@ -38,7 +37,6 @@ from typing import Any
 import redis
 
 from runtime.exceptions import BucketMoveInvalid, KeyedOperatorUnknown, QueryFailed, RuntimeFailure
-from runtime.broker.offsets import probe_consumer, topic_end_offsets
 from runtime.broker.producer import BatchProducer
 from runtime.costs import CostMeter, QueryCounters
 from runtime.broker.topics import Topics, stream_topic_prefix
@@ -46,7 +44,9 @@ from runtime.plan import Change, TaskSpec
 from runtime.quarantine import Quarantine, TaskFailure
 from runtime.spark.defrag import merge_queries
 from runtime.spark.handover import HandOver, hand_over
-from runtime.spark.fragment import FragmentQuery, QueryPlan
+from runtime.spark.fragment import FragmentQuery
+from runtime.spark.live_plan import LivePlan
+from runtime.spark.query_records import QueryRecords
 from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts, mergeable
 from runtime.spark.reshape import ReshapeSettings
 from sana.failpoints import fail_point
@@ -90,8 +90,7 @@ class SparkRuntime:
             "spark.sql.legacy.timeParserPolicy": "CORRECTED",
         }
         self.quarantine = Quarantine(client, f"{prefix}:runtime:failed")
-        self._records_key = f"{prefix}:runtime:queries"
-        self._counter_key = f"{prefix}:runtime:next-query"
+        self.query_records = QueryRecords(client, prefix)
         self._lock = threading.RLock()
         self.tasks: dict[str, TaskSpec] = {}
         self.host: dict[str, str] = {}
@@ -156,7 +155,7 @@ class SparkRuntime:
         with self._lock:
             self.quarantine.load()
             self.quarantine.forget(set(self.quarantine.failed()) - set(tasks))
-            records = self._load_records()
+            records = self.query_records.load()
             for query_id, record in records.items():
                 for fragment in record["fragments"]:
                     self.host.setdefault(fragment, query_id)
@@ -173,7 +172,7 @@ class SparkRuntime:
         """Whether the queries recorded in Redis host exactly the fragments of ``tasks``. A converge records
         the new queries before it starts them and drops the old ones' records once they stopped, so in the
         middle of one both are recorded and neither state is run."""
-        hosted = {fragment for record in self._load_records().values() for fragment in record["fragments"]}
+        hosted = {fragment for record in self.query_records.load().values() for fragment in record["fragments"]}
         return hosted == {task.fragment for task in tasks.values()}
 
     def restore(self, tasks: Mapping[str, TaskSpec]) -> None:
@@ -186,13 +185,7 @@ class SparkRuntime:
         """
         with self._lock:
             records = self._records if self._records is not None else {}
-            numbers = [int(query_id[1:].split("-", 1)[0]) for query_id in records]
-            pipe = self.redis.pipeline(transaction=True)
-            for record in records.values():
-                pipe.hset(self._records_key, record["id"], json.dumps(record, sort_keys=True))
-            if numbers:
-                pipe.set(self._counter_key, max(numbers))
-            pipe.execute()
+            self.query_records.write_back(records)
             log.warning("wrote back the records of %d queries to Redis", len(records))
 
     def health(self) -> dict[str, Any]:
@@ -234,7 +227,7 @@ class SparkRuntime:
 
         The batch that applies the moves first moves each bucket's state to
         its new worker (nothing lost, nothing emitted twice: see
-        :class:`~runtime.spark.keyed.WorkerTask`). With ``wait_s`` the call
+        :class:`~runtime.spark.worker_task.WorkerTask`). With ``wait_s`` the call
         returns once such a batch has completed (it raises
         :class:`QueryFailed` if none did in time); without, at once. Returns
         the operator's routing as it is now. This is the call the skew
@@ -262,7 +255,7 @@ class SparkRuntime:
             for query in self.queries.values():  # finish the batch in flight first: a clean stop
                 if query.alive():
                     try:
-                        query.set_plan(QueryPlan(self._next_version()), wait=True, timeout_s=15)
+                        query.set_plan(LivePlan(self._next_version()), wait=True, timeout_s=15)
                     except RuntimeFailure:
                         pass
             for query in self.queries.values():
@@ -325,7 +318,7 @@ class SparkRuntime:
             return {"paused": [], "cut": {}, "seeded": [], "seeded_from": {}, "drain_s": 0.0, "paused_s": 0.0}
         with self._lock:
             if self._records is None:
-                self._records = self._load_records()
+                self._records = self.query_records.load()
             return hand_over(self, change, seeds, timeout_s)
 
     # -- defragmentation ---------------------------------------------------------------------
@@ -345,7 +338,7 @@ class SparkRuntime:
         """
         with self._lock:
             if self._records is None:
-                self._records = self._load_records()
+                self._records = self.query_records.load()
             sites = {query_id: record.get("site") for query_id, record in self._records.items()}
             before = len(self.queries)
             merged, skipped = [], []
@@ -360,15 +353,7 @@ class SparkRuntime:
     def switch_records(self, add: dict[str, Any] | None, remove: list[str],
                        restore: list[list[dict[str, Any]]] | None = None) -> None:
         """One Redis transaction: the merged query's record in, the merged ones' out (or back)."""
-        pipe = self.redis.pipeline(transaction=True)
-        if add is not None:
-            pipe.hset(self._records_key, add["id"], json.dumps(add, sort_keys=True))
-        if remove:
-            pipe.hdel(self._records_key, *remove)
-        for records in restore or []:
-            for record in records:
-                pipe.hset(self._records_key, record["id"], json.dumps(record, sort_keys=True))
-        pipe.execute()
+        self.query_records.switch(add, remove, restore)
 
     # -- converging ------------------------------------------------------------------------
 
@@ -376,7 +361,7 @@ class SparkRuntime:
                  handing_over: HandOver | None = None) -> None:
         """Make what runs equal ``desired``; with ``handing_over``, new queries start at its cut, seeded by it."""
         if self._records is None:
-            self._records = self._load_records()
+            self._records = self.query_records.load()
         records = self._records
         old = (dict(self.tasks), dict(self.host), {q: query.plan for q, query in self.queries.items()})
         query_sites = {query_id: record.get("site") for query_id, record in records.items()}
@@ -404,12 +389,12 @@ class SparkRuntime:
                 if missing:
                     raise RuntimeFailure(f"query {query_id} cannot read {sorted(missing)} without a restart (internal error)")
                 record["fragments"] = sorted({task.fragment for task in plan.tasks})
-                self._save_record(record)
+                self.query_records.save(record)
             fail_point("runtime.converge.recorded")
             removing = bool(set(self.tasks) - set(desired))
             for query_id, plan in plans.items():
                 query = self.queries.get(query_id)
-                live = self.query_plan(plan)
+                live = self.live_plan(plan)
                 if query is None:
                     query = self.make_query(records[query_id])
                     if handing_over is not None:
@@ -439,18 +424,18 @@ class SparkRuntime:
         for query_id in [q for q in list(self.queries) if q not in plans]:
             query = self.queries.pop(query_id)
             if query.alive():
-                query.set_plan(QueryPlan(self._next_version()), wait=True)
+                query.set_plan(LivePlan(self._next_version()), wait=True)
             query.discard()
             log.info("stopped query %s", query_id)
         for query_id in [q for q in list(records) if q not in plans]:
             records.pop(query_id)
-            self._delete_record(query_id)
+            self.query_records.delete(query_id)
             shutil.rmtree(self.checkpoint_root / query_id, ignore_errors=True)
         self.quarantine.forget(set(old[0]) - set(desired))
         self.tasks, self.host, self.plans = desired, host, plans
         self.delete_unused_topics(internal)
 
-    def _roll_back(self, started: list[FragmentQuery], old_host: dict[str, str], old_plans: dict[str, QueryPlan],
+    def _roll_back(self, started: list[FragmentQuery], old_host: dict[str, str], old_plans: dict[str, LivePlan],
                    new_records: list[str], records: dict[str, dict[str, Any]], created_topics: list[str]) -> None:
         """Undo a failed change step by step; a step that fails is logged and the next one still runs."""
         steps = []
@@ -462,10 +447,10 @@ class SparkRuntime:
                 steps.append((f"restore the plan of {query_id}", lambda q=self.queries[query_id], p=plan: q.set_plan(p)))
         for query_id in new_records:
             records.pop(query_id, None)
-            steps.append((f"delete the record of {query_id}", lambda q=query_id: self._delete_record(q)))
+            steps.append((f"delete the record of {query_id}", lambda q=query_id: self.query_records.delete(q)))
         for query_id, record in records.items():
             record["fragments"] = sorted({f for f, q in old_host.items() if q == query_id})
-            steps.append((f"restore the record of {query_id}", lambda r=record: self._save_record(r)))
+            steps.append((f"restore the record of {query_id}", lambda r=record: self.query_records.save(r)))
         internal = [topic for topic in created_topics if topic.startswith(f"{self.prefix}.")]
         steps.append(("delete the topics it created", lambda: self.topics.delete(internal)))
         for what, step in steps:
@@ -486,8 +471,8 @@ class SparkRuntime:
         self._plan_version += 1
         return self._plan_version
 
-    def query_plan(self, plan: QueryLayout) -> QueryPlan:
-        return QueryPlan(self._next_version(), tuple(plan.tasks), dict(plan.reads), tuple(plan.outputs), dict(plan.schemas))
+    def live_plan(self, plan: QueryLayout) -> LivePlan:
+        return LivePlan(self._next_version(), tuple(plan.tasks), dict(plan.reads), tuple(plan.outputs), dict(plan.schemas))
 
     def make_query(self, record: dict[str, Any]) -> FragmentQuery:
         return FragmentQuery(
@@ -500,26 +485,11 @@ class SparkRuntime:
 
     def _new_record(self, query_id: str, plan: QueryLayout, fresh_topics: set[str],
                     handing_over: HandOver | None = None) -> dict[str, Any]:
-        """A query's record: the offsets it starts from are fixed now (records produced later are read).
-
-        A query started by a hand-over starts at the hand-over's cut instead, one batch
-        id up (it is seeded with the state at the cut: :mod:`runtime.spark.handover`).
-        """
-        topics = sorted(plan.input_topics)
-        consumer = probe_consumer(self.bootstrap)
-        try:
-            ends = topic_end_offsets(consumer, topics)
-        finally:
-            consumer.close()
-        inputs = {}
-        for topic in topics:
-            if topic not in ends:
-                raise RuntimeFailure(f"topic {topic!r} has no partitions at {self.bootstrap}")
-            inputs[topic] = {str(p): (0 if topic in fresh_topics else offset) for p, offset in ends[topic].items()}
-        site = plan.tasks[0].site if plan.tasks else None
-        record = {"id": query_id, "site": site, "fragments": [], "inputs": inputs, "created_at": time.time()}
+        """A query's record (:meth:`QueryRecords.new`); a query started by a hand-over starts at the hand-over's
+        cut instead, one batch id up (it is seeded with the state at the cut: :mod:`runtime.spark.handover`)."""
+        record = QueryRecords.new(query_id, plan, fresh_topics, self.bootstrap)
         if handing_over is not None:
-            record.update(inputs=handing_over.starts(query_id, inputs, fresh_topics), batch_base=1)
+            record.update(inputs=handing_over.starts(query_id, record["inputs"], fresh_topics), batch_base=1)
         return record
 
     def record(self, query_id: str) -> dict[str, Any]:
@@ -539,19 +509,7 @@ class SparkRuntime:
         self._records[query.id] = record
 
     def new_query_id(self, fragment: str) -> str:
-        number = self.redis.incr(self._counter_key)
-        return f"q{number}-{fragment.removeprefix('frag-')[:8]}"
-
-    # -- records in Redis ----------------------------------------------------------------
-
-    def _load_records(self) -> dict[str, dict[str, Any]]:
-        return {key.decode(): json.loads(value) for key, value in self.redis.hgetall(self._records_key).items()}
-
-    def _save_record(self, record: dict[str, Any]) -> None:
-        self.redis.hset(self._records_key, record["id"], json.dumps(record, sort_keys=True))
-
-    def _delete_record(self, query_id: str) -> None:
-        self.redis.hdel(self._records_key, query_id)
+        return self.query_records.next_id(fragment)
 
     # -- supervision ------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Spark SQL text: quoted names, DDL, literals, and the statements that parse and encode records.
 
-A leaf: the row-level builders (:mod:`runtime.spark.builders`), the fragment
+A leaf: the row-level builders (``runtime/operators/*/spark.py``), the fragment
 query and the keyed operators all write SQL with these.
 """
 

@@ -5,7 +5,7 @@ so lateness is relative to a known watermark: phase 1 is in order; phase 2
 holds a record late but within the watermark (counted) and one later than the
 watermark (dropped); phase 3 moves the watermark past every window. The
 references below compute, in plain Python, the semantics documented in
-runtime/spark/window.py and runtime/spark/join.py.
+runtime/operators/window/spark.py and runtime/operators/join/spark.py.
 """
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from runtime.spark.join import StreamJoin
+from runtime.operators.join.spark import StreamJoin
 from runtime.spark.sql_text import ddl
-from runtime.spark.keyed import BUCKETS, partition_keys
+from runtime.spark.shuffle import BUCKETS, partition_keys
 from runtime.spark.reshape import ReshapeSettings
 from runtime.spark.session import spark_session
-from runtime.spark.window import WindowAggregate
+from runtime.operators.window.spark import WindowAggregate
 from tests.fixtures.keyed import KeyedDriver, keyed_task
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

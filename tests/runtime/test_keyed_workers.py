@@ -10,9 +10,10 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 import pytest
 
-from runtime.spark.join_worker import LEFT, RIGHT, JoinStep, side_column
-from runtime.spark.keyed import BUCKET, PKEY, SIDE, Router, Routing, Split, WorkerTask, default_table, moved_buckets
-from runtime.spark.window_worker import END, START, TIMESTAMP, TS, WindowStep, part_input
+from runtime.operators.join.worker import LEFT, RIGHT, JoinStep, side_column
+from runtime.spark.shuffle import BUCKET, PKEY, SIDE, Router, Routing, Split, default_table, moved_buckets
+from runtime.spark.worker_task import WorkerTask
+from runtime.operators.window.worker import END, START, TIMESTAMP, TS, WindowStep, part_input
 from runtime.spark.worker_state import KEEP_VERSIONS, WorkerStateStore
 
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -27,8 +28,8 @@ def us(seconds: float) -> int:
     return int(at(seconds).timestamp() * SECOND)
 
 
-@pytest.mark.parametrize("name", ["runtime.spark.keyed", "runtime.spark.window_worker", "runtime.spark.reshape",
-                                  "runtime.operators.keyed", "runtime.spark.fragment",
+@pytest.mark.parametrize("name", ["runtime.spark.shuffle", "runtime.spark.worker_task", "runtime.operators.window.worker", "runtime.spark.reshape",
+                                  "runtime.operators.keyed_options", "runtime.spark.fragment", "runtime.spark.statement", "runtime.spark.isolation",
                                   "runtime.spark.keyed_operator", "runtime.spark.session"])
 def test_docstring_examples(name):
     assert doctest.testmod(importlib.import_module(name)).failed == 0

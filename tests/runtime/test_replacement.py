@@ -60,7 +60,7 @@ def wait_windows(manager, bootstrap: str, topic: str, records: list[dict], resta
 
 def wait_exact(manager, bootstrap: str, topic: str, expected: list[dict], restarted: bool = False) -> None:
     """``topic`` holds exactly ``expected``. After a restart, a batch that was in flight when the service stopped
-    is written again under the same names (at least once, DESIGN.md); a consumer drops those copies by name."""
+    is written again under the same names (at least once: docs/architecture.md, "Guarantees"); a consumer drops those copies by name."""
     seen = without_replays if restarted else values
     got = wait_for(lambda: (rows := read_all(bootstrap, topic)) and len(seen(rows)) >= len(expected) and rows, 90,
                    f"{len(expected)} records on {topic}", check=lambda: raise_dead_queries(manager))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.operators.keyed import ReshapeOptions
-from runtime.spark.keyed import BUCKETS, SLICES, default_table
+from runtime.operators.keyed_options import ReshapeOptions
+from runtime.spark.shuffle import BUCKETS, SLICES, default_table
 from runtime.spark.reshape import BatchLoad, Controller, ReshapeSettings
 
 WORKERS = 8

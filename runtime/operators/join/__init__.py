@@ -6,7 +6,7 @@ from pydantic import field_validator
 
 from runtime.operators.base import OperatorSpec, Port, field_problem, register
 from runtime.operators.fields import Duration, Identifier, duration_ms
-from runtime.operators.keyed import KeyedOptions
+from runtime.operators.keyed_options import KeyedOptions
 from runtime.operators.limits import OperatorLimits, check_watermark, check_window
 from runtime.operators.types import Schema
 
@@ -106,7 +106,7 @@ def _join_schema(config: JoinConfig, inputs) -> Schema:
 def right_output_name(name: str, left: Schema) -> str:
     """The output name of a right column that is not a join column: ``right_<name>`` if the left has ``name``.
 
-    The runtime names it the same way (:class:`runtime.spark.join.StreamJoin`).
+    The runtime names it the same way (:class:`runtime.operators.join.spark.StreamJoin`).
 
     >>> right_output_name("temp", {"k": "int", "temp": "double"}), right_output_name("hum", {"temp": "double"})
     ('right_temp', 'hum')

@@ -9,7 +9,7 @@ Per micro-batch:
    force when the batch starts closes the windows that end at or before it.
 2. The rows (keys, event time, one input column per partial aggregate) are
    routed to logical workers and shuffled, worker i on Spark task i. Each
-   worker (:class:`~runtime.spark.window_worker.WindowStep`) assigns rows to
+   worker (:class:`~runtime.operators.window.worker.WindowStep`) assigns rows to
    windows, merges their partial aggregates into its state (versioned by
    batch in the worker state store) and emits the partials of every window
    the new watermark closed.
@@ -47,10 +47,10 @@ from runtime.operators.types import INTEGRAL
 from runtime.operators.window import WindowAggregateConfig, aggregate_call
 from runtime.plan import TaskSpec
 from runtime.spark.frames import arrow_type
-from runtime.spark.keyed import BUCKET, PKEY, branch
+from runtime.spark.shuffle import BUCKET, PKEY, branch
 from runtime.spark.keyed_operator import NOT_SCANNED, KeyedOperator
 from runtime.spark.reshape import ReshapeSettings
-from runtime.spark.window_worker import END, START, TS, WindowStep, part_input
+from runtime.operators.window.worker import END, START, TS, WindowStep, part_input
 
 _DECIMAL_SUM = "decimal(38,{scale})"
 

@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runtime.spark.keyed import PKEY, SIDE
+from runtime.spark.shuffle import PKEY, SIDE
 
 LEFT, RIGHT = 0, 1
 _NULLABLE = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),

@@ -7,7 +7,7 @@ from sqlglot import exp
 
 from runtime.operators.base import OperatorSpec, Port, field_problem, register
 from runtime.operators.fields import Duration, Identifier, SqlText, duration_ms
-from runtime.operators.keyed import KeyedOptions
+from runtime.operators.keyed_options import KeyedOptions
 from runtime.operators.limits import OperatorLimits, check_slide, check_watermark, check_window
 from runtime.operators.sql import SqlProblem, parse_expression, referenced_columns
 from runtime.operators.types import INTEGRAL, Schema, is_numeric

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runtime.spark.keyed import BUCKET
+from runtime.spark.shuffle import BUCKET
 
 TS = "__sana_ts"
 START, END = "__sana_start", "__sana_end"

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from runtime.operators.base import OperatorConfig
 from runtime.operators.limits import OperatorLimits, check_count, check_floor
 
-MAX_WORKERS = 64  # one bucket per worker at least (runtime.spark.keyed.BUCKETS)
+MAX_WORKERS = 64  # one bucket per worker at least (runtime.spark.shuffle.BUCKETS)
 RUNTIME_KEYS = ("workers", "reshape")  # config keys left out of a task's signature
 
 

@@ -2,7 +2,7 @@
 
 Both sides' new rows are routed to logical workers by the join keys and
 shuffled together (worker i on Spark task i); each worker
-(:class:`~runtime.spark.join_worker.JoinStep`) joins them with the rows it
+(:class:`~runtime.operators.join.worker.JoinStep`) joins them with the rows it
 keeps in the worker state store and stores them. A key's rows of both sides
 meet on the worker its bucket routes to, and moving a bucket moves its rows
 of both sides with it, so every matching pair is found exactly once.
@@ -13,7 +13,7 @@ w. The watermark is min(max left time, max right time) - ``watermark``
 workers' reports after each batch; a row older than the watermark in force
 is dropped as too late (by its worker: the SQL carries no watermark, so the
 code Spark generates for a batch is the same from batch to batch, see
-:mod:`runtime.spark.window`), and state older than watermark - w (which no
+:mod:`runtime.operators.window.spark`), and state older than watermark - w (which no
 acceptable future row can match) is evicted. Without ``window`` nothing is
 evicted (state grows with the input).
 """
@@ -28,8 +28,8 @@ from pyspark.sql import SparkSession
 from runtime.operators.fields import duration_ms
 from runtime.operators.join import RIGHT_PREFIX, JoinConfig, join_time_column
 from runtime.plan import TaskSpec
-from runtime.spark.join_worker import LEFT, RIGHT, JoinStep, side_column
-from runtime.spark.keyed import BUCKET, PKEY, SIDE, branch
+from runtime.operators.join.worker import LEFT, RIGHT, JoinStep, side_column
+from runtime.spark.shuffle import BUCKET, PKEY, SIDE, branch
 from runtime.spark.keyed_operator import KeyedOperator
 from runtime.spark.reshape import ReshapeSettings
 

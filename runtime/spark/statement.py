@@ -1,0 +1,270 @@
+"""One micro-batch of a fragment query: one SQL statement over the cached batch, one write.
+
+Every task of the live plan becomes a common table expression over its
+inputs' (:class:`Ctes` keeps each statement to the definitions it reads);
+every output (sink or tap) a branch of a final ``UNION ALL`` whose rows are
+written to Kafka with the query's ``(writer, batch)`` headers. A fork is
+computed once per batch (persisted); a keyed operator plans its shuffle
+here and keeps its state in the worker state store; records of upstream
+batches this query already processed are dropped by their origin
+(:mod:`runtime.spark.replays`).
+
+:class:`Statement` is part of :class:`~runtime.spark.fragment.FragmentQuery`
+and reads its ``id``, ``run``, ``bootstrap``, ``producer``, ``written_*``
+counters and state stores.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from runtime.operators import get_operator
+from runtime.plan import TaskSpec
+from runtime.spark import operators as spark_operators
+from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
+from runtime.spark.keyed_operator import NOT_SCANNED, max_of_each
+from runtime.spark.live_plan import LivePlan, consumer_counts
+from runtime.spark.replays import replays
+from runtime.spark.sql_text import encode_sql, literal, parse_sql
+
+log = logging.getLogger("sana.runtime.query")
+
+#: The key of the replay memory among a query's driver states.
+REPLAYS_KEY = "__replays__"
+
+
+class Statement:
+    """Evaluate the live plan on one micro-batch."""
+
+    def evaluate(self, plan: LivePlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int,
+                  probe: bool = False) -> tuple[int, int]:
+        """Run the plan on one micro-batch: one SQL statement (CTEs + UNION ALL of the outputs), one write.
+
+        With ``probe`` the outputs are computed in full but nothing is written
+        and no state is kept (:meth:`find_failures`)."""
+        if not plan.outputs:
+            return 0, 0
+        began = time.perf_counter()
+        session = df.sparkSession  # the query's own session: its temp views are the ones SQL sees
+        token = f"sana_{uuid.uuid4().hex[:12]}"
+        consumers = consumer_counts(plan)
+        readers = sum(1 for task in plan.tasks if task.type == "source") + len(plan.reads)
+        shared = len(plan.outputs) > 1 or bool(keyed) or readers > 1 or bool(plan.reads)
+        raw = df.persist() if shared else df
+        raw.createOrReplaceTempView(f"{token}_raw")
+        views, cached = [f"{token}_raw"], [raw] if shared else []
+        names: dict[str, str] = {}
+        ctes = Ctes()
+
+        def define(key: str, body: str, reads: tuple[str, ...] = (), materialize: bool = False) -> str:
+            if materialize:  # a fork: computed once per batch, not once per branch
+                frame = session.sql(ctes.statement(f"SELECT * FROM ({body})", reads)).persist()
+                view = f"{token}_f{len(views)}"
+                frame.createOrReplaceTempView(view)
+                views.append(view)
+                cached.append(frame)
+                body, reads = f"SELECT * FROM {view}", ()
+            names[key] = ctes.add(body, reads)
+            return names[key]
+
+        stateful = bool(keyed) or bool(plan.reads)
+        feeds_keyed = {parent for task in plan.tasks if task.id in keyed for _, parent in task.inputs}
+        planned_keyed: dict[str, dict[str, Any]] = {}
+        try:
+            states = self.load_states(batch_id) if stateful else {}
+            new_states: dict[str, Any] = {}
+            internal = f"{token}_raw"
+            if plan.reads:
+                internal = self._drop_replays(session, token, set(plan.reads.values()), states, new_states, views,
+                                              count=not probe)
+            def inputs_of(task: TaskSpec) -> dict[str, list[str]]:
+                """Per port, the CTE names of the task's inputs (an input read from a tap is defined here)."""
+                inputs: dict[str, list[str]] = {port.name: [] for port in get_operator(task.type).ports}
+                for port, parent in task.inputs:
+                    if parent not in names:
+                        define(parent, parse_sql(internal, plan.reads[parent], plan.schemas[parent]),
+                               materialize=consumers.get(parent, 0) > 1)
+                    inputs[port].append(names[parent])
+                return inputs
+
+            def build(task: TaskSpec, scanned: Any = NOT_SCANNED) -> None:
+                if task.type == "source":
+                    define(task.id, parse_sql(f"{token}_raw", task.config["topic"], task.schema),
+                           materialize=consumers.get(task.id, 0) > 1)
+                    return
+                inputs = inputs_of(task)
+                operator = keyed.get(task.id)
+                if operator is None:
+                    builder = spark_operators.SQL[task.type]
+                    define(task.id, builder(task, inputs), tuple(name for port in inputs.values() for name in port))
+                    return
+                relations = {port: [ctes.statement(f"SELECT * FROM {name}", [name]) for name in sources]
+                             for port, sources in inputs.items()}
+                state = states.get(task.id) or operator.initial_state()
+                output, planned_keyed[task.id] = operator.plan(session, batch_id, relations, state, self._worker_store,
+                                                               scanned)
+                if consumers.get(task.id, 0) > 1 or task.id in feeds_keyed:  # run the shuffle once per batch
+                    output = output.persist()
+                    cached.append(output)
+                view = f"{token}_k{len(views)}"
+                output.createOrReplaceTempView(view)
+                views.append(view)
+                define(task.id, f"SELECT * FROM {view}")
+
+            # First what no keyed output feeds; then one job answers the scans of the keyed operators it feeds
+            # (a window's largest event time), instead of a job per operator; then the rest, in plan order.
+            after_keyed = downstream_of_keyed(plan.tasks, keyed)
+            for task in plan.tasks:
+                if task.id not in keyed and task.id not in after_keyed:
+                    build(task)
+            scans: dict[str, tuple[str, list[str]]] = {}
+            for task in plan.tasks:
+                if task.id in keyed and task.id not in after_keyed:
+                    inputs = inputs_of(task)
+                    bare = {port: [f"SELECT * FROM {name}" for name in sources] for port, sources in inputs.items()}
+                    query = keyed[task.id].scan_sql(bare, states.get(task.id) or keyed[task.id].initial_state())
+                    if query is not None:
+                        scans[task.id] = (query, [name for sources in inputs.values() for name in sources])
+            scanned: dict[str, Any] = {}
+            if scans:
+                reads = [name for _, names_read in scans.values() for name in names_read]
+                row = session.sql(ctes.statement(max_of_each([query for query, _ in scans.values()]), reads)).first()
+                scanned = dict(zip(scans, row))
+            for task in plan.tasks:
+                if task.id not in names:
+                    build(task, scanned.get(task.id, NOT_SCANNED))
+            union = " UNION ALL ".join(encode_sql(names[task_id], topic) for task_id, topic in plan.outputs)
+            output = session.sql(ctes.statement(union, [names[task_id] for task_id, _ in plan.outputs]))
+            headers = [("sana.writer", self.id.encode()), ("sana.run", self.run.encode()), ("sana.batch", str(batch_id).encode())]
+            planned = time.perf_counter()
+            if probe:
+                output.write.format("noop").mode("overwrite").save()
+                return 0, len(plan.outputs)
+            if self.producer is not None:
+                # The driver takes the whole output here anyway (local mode), so one task per core does: the
+                # union has a task per output and input partition, and every task deserializes the generated
+                # code of every output (docs/reuse.md, "Where a hosted query's CPU goes").
+                table = output.coalesce(self._cores).toArrow()
+                collected = time.perf_counter()
+                written = self.producer.send_table(table, headers)
+                self._count_written(plan, table)
+            else:
+                # Computed in full before a record is written: a task failing half-way through the write would
+                # leave part of the batch in Kafka, and the batch evaluated again without that task (its outputs
+                # gone from the union) would name the same records differently, so they would not read as replays.
+                output = output.persist()
+                cached.append(output)
+                output.count()
+                collected, written = time.perf_counter(), -1
+                (
+                    output.write.format(SOURCE_FORMAT).option("bootstrap", self.bootstrap).option("writer", self.id)
+                    .option("run", self.run).option("batch", str(batch_id)).mode("append").save()
+                )
+            self.last_timing = {"plan_ms": round(1000 * (planned - began), 1),
+                                "compute_ms": round(1000 * (collected - planned), 1),
+                                "write_ms": round(1000 * (time.perf_counter() - collected), 1)}
+            for task_id, draft in planned_keyed.items():
+                new_states[task_id] = keyed[task_id].finish(batch_id, draft, self._worker_store)
+            planned_keyed.clear()
+            if stateful:
+                self.save_states(batch_id, new_states)
+            return written, len(plan.outputs)
+        finally:
+            for task_id in planned_keyed:  # the batch failed: moves it took are requested again
+                keyed[task_id].abort()
+            for view in views:
+                session.catalog.dropTempView(view)
+            for frame in cached:
+                frame.unpersist()
+
+    def _count_written(self, plan: LivePlan, table) -> None:
+        """Add the records and value bytes this batch wrote to the task behind each output topic."""
+        if table.num_rows == 0:
+            return
+        import pyarrow.compute as pc
+
+        sizes = table.append_column("size", pc.binary_length(table.column("value")))
+        totals = sizes.group_by("topic").aggregate([("size", "sum"), ("size", "count")])
+        task_of = {topic: task_id for task_id, topic in plan.outputs}
+        for topic, size, count in zip(totals.column("topic").to_pylist(), totals.column("size_sum").to_pylist(),
+                                      totals.column("size_count").to_pylist()):
+            task_id = task_of.get(topic)
+            if task_id is not None:
+                self.written_bytes[task_id] = self.written_bytes.get(task_id, 0) + int(size)
+                self.written_records[task_id] = self.written_records.get(task_id, 0) + int(count)
+
+    def _drop_replays(self, session, token: str, topics: set[str], states: dict[str, Any], new_states: dict[str, Any],
+                      views: list[str], count: bool = True) -> str:
+        """The raw view without records of upstream batches this query already processed (see replays.py)."""
+        listed = ", ".join(literal(topic) for topic in sorted(topics))
+        rows = session.sql(f"SELECT topic, origin FROM {token}_raw WHERE origin IS NOT NULL AND topic IN ({listed})").toArrow()
+        seen = {key: (batch, set(seqs)) for key, (batch, seqs) in (states.get(REPLAYS_KEY) or {}).items()}
+        dropped = replays(seen, zip(rows.column("topic").to_pylist(), rows.column("origin").to_pylist()))
+        new_states[REPLAYS_KEY] = seen
+        if not dropped:
+            return f"{token}_raw"
+        if count:
+            self.replays_dropped += len(dropped)
+            log.warning("query %s: dropped %d replayed upstream record(s)", self.id, len(dropped))
+        session.createDataFrame([(origin,) for origin in dropped], "origin string").createOrReplaceTempView(f"{token}_drop")
+        session.sql(f"SELECT r.* FROM {token}_raw r LEFT ANTI JOIN {token}_drop d ON r.origin = d.origin") \
+            .createOrReplaceTempView(f"{token}_dedup")
+        views.extend([f"{token}_drop", f"{token}_dedup"])
+        return f"{token}_dedup"
+
+
+class Ctes:
+    """A batch's common table expressions; each statement carries only those it reads, directly or not.
+
+    Spark analyzes every definition of a ``WITH`` clause, read or not, and a
+    keyed operator's output enters later definitions as an analyzed plan: a
+    statement carrying all of a big fragment's definitions took 38-50 s to
+    plan a batch of a 28-task query hosting 8 keyed operators (5.5 s now).
+
+    >>> ctes = Ctes()
+    >>> a = ctes.add("SELECT 1 AS x"); b = ctes.add("SELECT 2 AS y"); c = ctes.add(f"SELECT x FROM {a}", [a])
+    >>> ctes.statement(f"SELECT * FROM {c}", [c])
+    'WITH t0 AS (SELECT 1 AS x), t2 AS (SELECT x FROM t0) SELECT * FROM t2'
+    >>> ctes.statement("SELECT 3", [])
+    'SELECT 3'
+    """
+
+    def __init__(self) -> None:
+        self._defined: dict[str, tuple[str, tuple[str, ...]]] = {}  # name -> (body, names it reads)
+
+    def add(self, body: str, reads: Iterable[str] = ()) -> str:
+        name = f"t{len(self._defined)}"
+        self._defined[name] = (body, tuple(reads))
+        return name
+
+    def statement(self, query: str, reads: Iterable[str]) -> str:
+        needed: set[str] = set()
+        pending = list(reads)
+        while pending:
+            name = pending.pop()
+            if name in self._defined and name not in needed:
+                needed.add(name)
+                pending.extend(self._defined[name][1])
+        clauses = [f"{name} AS ({body})" for name, (body, _) in self._defined.items() if name in needed]
+        return f"WITH {', '.join(clauses)} {query}" if clauses else query
+
+
+def downstream_of_keyed(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any]) -> set[str]:
+    """Ids of the tasks (in plan order) that read a keyed task's output, directly or not.
+
+    >>> from types import SimpleNamespace as T
+    >>> downstream_of_keyed([T(id="s", inputs=[]), T(id="w", inputs=[("in", "s")]), T(id="f", inputs=[("in", "w")]),
+    ...               T(id="g", inputs=[("in", "s")])], {"w": object()})
+    {'f'}
+    """
+    after: set[str] = set()
+    for task in tasks:
+        if any(parent in keyed or parent in after for _, parent in task.inputs):
+            after.add(task.id)
+    return after

@@ -1,0 +1,234 @@
+"""What runs on the executors in every keyed shuffle: each logical worker's task, and the load it reports.
+
+:class:`WorkerTask` is the ``mapInArrow`` function of the shuffle planned by
+:mod:`runtime.spark.shuffle`: one call per Spark task, i.e. per logical worker.
+It loads the worker's state, moves buckets between routings (Reshape's splits
+and moves), runs the operator's step (``runtime/operators/*/worker.py``) and
+writes the next state version with its report. :class:`WorkerLoad` is what
+the driver keeps of those reports per operator: the signal Reshape reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.spark.shuffle import BUCKET, DEFAULT_WORKERS, EWMA_ALPHA, MARKER, PKEY, SIDE, Routing, moved_buckets
+
+
+@dataclass
+class WorkerLoad:
+    """Per-worker load of one keyed operator (the signal a skew controller reads)."""
+
+    workers: int = DEFAULT_WORKERS
+    last: list[int] = field(default_factory=list)
+    total: list[int] = field(default_factory=list)
+    ewma: list[float] = field(default_factory=list)
+    state_rows: list[int] = field(default_factory=list)
+    task_ms: list[float] = field(default_factory=list)
+    batches: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("last", "total", "state_rows"):
+            if not getattr(self, name):
+                setattr(self, name, [0] * self.workers)
+        for name in ("ewma", "task_ms"):
+            if not getattr(self, name):
+                setattr(self, name, [0.0] * self.workers)
+
+    def record(self, metas: Mapping[int, Mapping[str, Any]]) -> None:
+        """Account one batch from the workers' reports (``rows``, ``state_rows``, ``task_ms``)."""
+        self.batches += 1
+        for worker in range(self.workers):
+            meta = metas.get(worker) or {}
+            count = int(meta.get("rows", 0))
+            self.last[worker] = count
+            self.total[worker] += count
+            self.ewma[worker] = EWMA_ALPHA * count + (1 - EWMA_ALPHA) * self.ewma[worker]
+            self.state_rows[worker] = int(meta.get("state_rows", 0))
+            self.task_ms[worker] = float(meta.get("task_ms", 0.0))
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "batches": self.batches,
+            "last_batch_rows": list(self.last),
+            "total_rows": list(self.total),
+            "ewma_rows": [round(value, 2) for value in self.ewma],
+            "state_rows": list(self.state_rows),
+            "task_ms": [round(value, 1) for value in self.task_ms],
+        }
+
+
+@dataclass(frozen=True)
+class WorkerTask:
+    """The ``mapInArrow`` function of a keyed shuffle: one call per Spark task, i.e. per logical worker.
+
+    Loads the worker's state as of the batch before ``batch_id``, changes it
+    from ``old`` routing to ``new`` (:meth:`_transition`), runs ``step`` and
+    writes the new version with the step's report, to which it adds the
+    records of each bucket it got (replicas left out) and its state rows per
+    side. ``step(state, rows) -> (state, output, report)`` works on Arrow tables.
+    """
+
+    store: Any  # WorkerStateStore
+    operator: str
+    batch_id: int
+    pkeys: tuple[int, ...]
+    old: Routing
+    new: Routing
+    step: Any
+    output_schema: Any  # pyarrow.Schema
+    sides: int = 1  # 2 for a join: rows carry SIDE
+
+    def __call__(self, batches):
+        import time
+
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        started = time.perf_counter()
+        received = [batch for batch in batches if batch.num_rows]
+        table = pa.Table.from_batches(received) if received else None
+        marker = pc.equal(table.column(BUCKET), MARKER) if table is not None else None
+        markers = table.filter(marker).column(PKEY).to_pylist() if table is not None else []
+        if len(markers) != 1:
+            raise RuntimeError(f"keyed shuffle of {self.operator}: a Spark task got {len(markers)} worker marker(s) "
+                               f"({markers}); Spark's hash partitioning is not what Sana expects")
+        worker = self.pkeys.index(markers[0])
+        rows = table.filter(pc.invert(marker))
+        strangers = pc.sum(pc.not_equal(rows.column(PKEY), markers[0])).as_py() if rows.num_rows else 0
+        if strangers:
+            raise RuntimeError(f"keyed shuffle of {self.operator}: worker {worker}'s Spark task got {strangers} row(s) "
+                               "of other workers; Spark's hash partitioning is not what Sana expects")
+        rows = rows if rows.num_rows else None
+        _, state = self.store.load_before(self.operator, worker, self.batch_id)
+        state, moved = self._transition(worker, state)
+        arrivals = self._arrivals(worker, rows)
+        state, output, report = self.step(state, rows)
+        report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2),
+                      arrivals=arrivals, side_state_rows=self._side_counts(state),
+                      state_bytes=int(state.nbytes) if state is not None else 0)
+        self.store.save(self.operator, worker, self.batch_id, state, report)
+        if output is not None and output.num_rows:
+            yield from output.cast(self.output_schema).to_batches()
+
+    # -- what the worker reports ------------------------------------------------------------
+
+    def _sides_of(self, table) -> "Any":
+        import numpy as np
+
+        if self.sides == 1 or table is None:
+            return np.zeros(0 if table is None else table.num_rows, dtype=np.int64)
+        return table.column(SIDE).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def _arrivals(self, worker: int, rows) -> list[list[int]]:
+        """Records of each bucket per side that this worker got and no other did (a replica is not counted)."""
+        import numpy as np
+
+        buckets = len(self.new.table)
+        if rows is None:
+            return [[0] * buckets for _ in range(self.sides)]
+        bucket = rows.column(BUCKET).to_numpy(zero_copy_only=False).astype(np.int64)
+        side = self._sides_of(rows)
+        counted = np.ones(len(bucket), dtype=bool)
+        owners = np.asarray(self.new.table, dtype=np.int64)[bucket]
+        for split in self.new.splits:  # a replica: the other side of a split, at a worker that is not the owner
+            if split.side is not None and split.worker != worker:
+                counted &= ~((owners == split.worker) & (side != split.side))
+        return [np.bincount(bucket[counted & (side == index) if self.sides > 1 else counted],
+                            minlength=buckets).tolist() for index in range(self.sides)]
+
+    def _side_counts(self, state) -> list[int]:
+        import numpy as np
+
+        if state is None or not state.num_rows:
+            return [0] * self.sides
+        if self.sides == 1:
+            return [state.num_rows]
+        return np.bincount(self._sides_of(state), minlength=self.sides).tolist()
+
+    # -- state between routings ---------------------------------------------------------------
+
+    def _transition(self, worker: int, state):
+        """The worker's state under the new routing: bucket moves, then helpers joining and leaving splits.
+
+        * A bucket that moves takes its rows from the worker it leaves.
+        * A helper joining a join's split copies the skewed worker's rows of
+          the replicated side of its buckets (the split side starts scattered).
+        * A helper leaving a split drops every row of the skewed worker's
+          buckets; the skewed worker takes back their split-side rows (for a
+          window: the partials, merged by the next aggregation). Nothing is
+          lost and every row stays on exactly one worker of its split side.
+        """
+        state, moved = self._move(worker, state)
+        old_help, new_help = self.old.helping(worker), self.new.helping(worker)
+        for skewed, side in old_help.items():
+            if new_help.get(skewed, -1) != side:  # left the split (or changed side): give the rows back
+                state = _without(state, _buckets_of(self.old.table, skewed))
+        pieces = [state]
+        for skewed, side in new_help.items():
+            if old_help.get(skewed, -1) != side and side is not None:
+                piece = self._rows_of(skewed, _buckets_of(self.new.table, skewed), 1 - side)
+                moved += piece.num_rows if piece is not None else 0
+                pieces.append(piece)
+        before, after = self.old.split_of(worker), self.new.split_of(worker)
+        if before is not None:
+            stays = set(after.helper_workers) if after is not None and after.side == before.side else set()
+            for helper in before.helper_workers:
+                if helper not in stays:
+                    piece = self._rows_of(helper, _buckets_of(self.old.table, worker), before.side)
+                    moved += piece.num_rows if piece is not None else 0
+                    pieces.append(piece)
+        pieces = [piece for piece in pieces if piece is not None and piece.num_rows]
+        import pyarrow as pa
+
+        return (pa.concat_tables(pieces) if len(pieces) > 1 else (pieces[0] if pieces else None)), moved
+
+    def _rows_of(self, source: int, buckets: list[int], side: int | None):
+        """Rows of ``buckets`` (of ``side`` only, if given) in ``source``'s version before this batch."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        _, theirs = self.store.load_before(self.operator, source, self.batch_id)
+        if theirs is None or not buckets:
+            return None
+        keep = pc.is_in(theirs.column(BUCKET), pa.array(buckets, pa.int32()))
+        if side is not None and self.sides > 1:
+            keep = pc.and_(keep, pc.equal(theirs.column(SIDE), side))
+        return theirs.filter(keep)
+
+    def _move(self, worker: int, state):
+        moves = moved_buckets(self.old.table, self.new.table)
+        if not moves:
+            return state, 0
+        leaving = [bucket for bucket, (before, _) in moves.items() if before == worker]
+        state = _without(state, leaving)
+        arriving: dict[int, list[int]] = {}
+        for bucket, (before, after) in moves.items():
+            if after == worker:
+                arriving.setdefault(before, []).append(bucket)
+        pieces, moved = [state], 0
+        for source, buckets in sorted(arriving.items()):
+            piece = self._rows_of(source, buckets, None)
+            if piece is not None:
+                moved += piece.num_rows
+                pieces.append(piece)
+        pieces = [piece for piece in pieces if piece is not None]
+        import pyarrow as pa
+
+        return (pa.concat_tables(pieces) if pieces else None), moved
+
+
+def _buckets_of(table: Sequence[int], worker: int) -> list[int]:
+    return [bucket for bucket, owner in enumerate(table) if owner == worker]
+
+
+def _without(state, buckets: Sequence[int]):
+    """``state`` without the rows of ``buckets``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if state is None or not buckets:
+        return state
+    return state.filter(pc.invert(pc.is_in(state.column(BUCKET), pa.array(list(buckets), pa.int32()))))
