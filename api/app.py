@@ -1,4 +1,4 @@
-"""The FastAPI application: ``api.app:app`` is the whole service (CONTRACT.md section 2).
+"""The FastAPI application: ``api.app:app`` is the whole service (the README's "REST API").
 
 Handlers stay thin: they read the request, call the manager and shape the
 answer. Every :class:`~sana.errors.SanaError` becomes ``{"detail", "code",

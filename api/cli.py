@@ -1,4 +1,4 @@
-"""The ``sana`` command line (CONTRACT.md section 3).
+"""The ``sana`` command line (docs/architecture.md, "Interfaces clients rely on").
 
 Exit codes scripts can trust: 0 success; 1 the server answered with an error
 (its message is printed as it is); 2 bad usage or an unreadable file; 3 the

@@ -1,4 +1,4 @@
-"""Response models of the REST API (CONTRACT.md section 2), used for OpenAPI and output checks."""
+"""Response models of the REST API (the README's "REST API"), used for OpenAPI and output checks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dataflow document as users write it (CONTRACT.md section 1), as pydantic models.
+"""The dataflow document as users write it (docs/architecture.md, "Interfaces clients rely on"), as pydantic models.
 
 This is the structural layer only: field names, kinds and id syntax. Graph
 rules, operator configs and schemas are checked by :mod:`manager.validate`,

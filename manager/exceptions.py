@@ -6,7 +6,7 @@ from sana.errors import SanaError
 
 
 class DataflowInvalid(SanaError):
-    """A submitted dataflow breaks a rule of CONTRACT.md section 1."""
+    """A submitted dataflow breaks a rule of the dataflow document (manager/validate.py)."""
 
     code = "DATAFLOW_INVALID"
 

@@ -1,4 +1,4 @@
-"""Canonical configs and ancestor signatures (DESIGN.md, "Semantics the manager guarantees").
+"""Canonical configs and ancestor signatures (docs/architecture.md, "Guarantees").
 
 A task's signature is a Merkle hash over its type, its canonical config, its
 site when it is a source, and the sorted (port, parent signature) pairs. Two

@@ -1,4 +1,4 @@
-"""RIoTBench-style sensor streams for ``sana produce`` and ``sana up --demo`` (shared/WORKLOADS.md).
+"""RIoTBench-style sensor streams for ``sana produce`` and ``sana up --demo`` (docs/reuse.md, "Workloads").
 
 Three kinds, after RIoTBench's datasets: ``urban`` (city sensors, SYS),
 ``taxi`` (NYC taxi trips, TAXI) and ``grid`` (smart-grid meters). Records are

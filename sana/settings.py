@@ -1,4 +1,4 @@
-"""One settings object, read from the environment (CONTRACT.md section 4).
+"""One settings object, read from the environment (the README's "Configuration"; docs/architecture.md).
 
 Built by :func:`get_settings` (never at import time) so tests can override the
 environment; the Helm chart's values map one-to-one onto these variables.

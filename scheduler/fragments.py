@@ -3,7 +3,7 @@
 Running fragments are never changed by a merge (that would restart their
 query), so the tasks a merge creates form fragments of their own: the
 connected components of the new tasks, split by site. Streams from running
-tasks into a new fragment become taps (DESIGN.md, "Runtime principles").
+tasks into a new fragment become taps (docs/architecture.md).
 """
 
 from __future__ import annotations

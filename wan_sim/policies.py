@@ -1,4 +1,4 @@
-"""The sharing policies compared in docs/wan.md (DESIGN.md, "Sana: WAN-aware sharing").
+"""The sharing policies compared in docs/wan.md.
 
 | policy | sharing | bandwidth checks | placement |
 |---|---|---|---|

@@ -1,4 +1,4 @@
-"""The 14-site, 12-query WAN workload of shared/WORKLOADS.md ("WAN") and Sana's section 7, as scenarios.
+"""The 14-site, 12-query WAN workload of Sana's section 7 (docs/wan.md, "Workload"), as scenarios.
 
 Sites: 8 compute sites (Virginia, California, Canada, London, Frankfurt,
 Sydney, Tokyo, Singapore) and 6 sites where tweet streams originate (Ohio,
@@ -200,7 +200,7 @@ def sources(rate_scale: float = 1.0) -> dict[str, Any]:
 
 def fourteen_site_scenario(queries: int = 12, rate_scale: float = 1.0, bandwidth_scale: float = 1.0, seed: int = 7,
                            thin_egress: tuple[str, float] | None = None) -> dict[str, Any]:
-    """The WAN workload of WORKLOADS.md: the first ``queries`` of :data:`QUERIES`, 10 s apart.
+    """The WAN workload of docs/wan.md: the first ``queries`` of :data:`QUERIES`, 10 s apart.
 
     >>> scenario = fourteen_site_scenario(3)
     >>> [query["name"] for query in scenario["queries"]], len(scenario["wan"]["links"])

@@ -1,8 +1,8 @@
 """End offsets that are right on Tansu as well as on Apache Kafka.
 
 Tansu answers ListOffsets(LATEST) with the base offset of the last record
-batch + 1 instead of the high watermark (DESIGN.md, "Measured on these
-machines"), so a reader that trusts ``end_offsets()`` silently skips the tail
+batch + 1 instead of the high watermark (measured on the embedded Tansu:
+``tests/runtime/test_kafka_source.py``), so a reader that trusts ``end_offsets()`` silently skips the tail
 of the last batch. The workaround: take L from ListOffsets; when L > 0 fetch
 the record at L-1 with a 1-byte fetch limit (the broker still returns the
 whole batch holding it) and use max(L, last offset seen + 1, the fetch

@@ -3,7 +3,7 @@
 Internal topics (a stream between two Spark queries, a tap on a running
 task) are named from the producing task's signature and the runtime's
 namespace (the state prefix), so two managers on one cluster never collide
-and a name never depends on submission order (STYLE.md item 8).
+and a name never depends on submission order.
 """
 
 from __future__ import annotations

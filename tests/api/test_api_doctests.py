@@ -1,4 +1,4 @@
-"""The runnable examples in the docstrings of the API's guard, budgets and error answers (STYLE.md 5)."""
+"""The runnable examples in the docstrings of the API's guard, budgets and error answers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The REST API of CONTRACT.md section 2 over the real Redis (dry-run runtime)."""
+"""The REST API (the README's "REST API") over the real Redis (dry-run runtime)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every rejection rule of CONTRACT.md section 1, through the API: status and culprit."""
+"""Every rejection rule of the dataflow document, through the API: status and culprit."""
 
 from __future__ import annotations
 

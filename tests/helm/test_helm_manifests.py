@@ -120,7 +120,7 @@ def test_manager_env_carries_every_sana_setting(scenario):
 
 
 def test_sana_settings_all_have_a_value():
-    """Helm values map one-to-one onto the settings (STYLE.md 7): a new setting needs a value."""
+    """Helm values map one-to-one onto the settings: a new setting needs a value."""
     from sana.settings import Settings
 
     # only `sana up` starts an embedded broker; fail points are for recovery tests, never a deployment

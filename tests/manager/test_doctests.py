@@ -1,4 +1,4 @@
-"""The runnable examples in the docstrings of the manager's modules (STYLE.md 5)."""
+"""The runnable examples in the docstrings of the manager's modules."""
 
 from __future__ import annotations
 

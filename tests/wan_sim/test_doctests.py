@@ -1,4 +1,4 @@
-"""The runnable examples in the docstrings of the WAN, optimizer and scheduler modules (STYLE.md 5)."""
+"""The runnable examples in the docstrings of the WAN, optimizer and scheduler modules."""
 
 from __future__ import annotations
 
