@@ -1,7 +1,7 @@
 """The FastAPI application: ``api.app:app`` is the whole service (the README's "REST API").
 
 Handlers stay thin: they read the request, call the manager and shape the
-answer. Every :class:`~sana.errors.SanaError` becomes ``{"detail", "code",
+answer. Every :class:`~sana.exceptions.SanaError` becomes ``{"detail", "code",
 "culprit"}`` with the error's status in one handler.
 """
 
@@ -34,8 +34,7 @@ from manager.validate import parse_dataflow
 from runtime.operators.limits import OperatorLimits
 from sana.auth import Principal, check_topics
 from sana import __version__
-from sana.exceptions import Forbidden
-from sana.errors import SanaError
+from sana.exceptions import Forbidden, SanaError
 from sana.settings import Settings, get_settings
 
 log = logging.getLogger("sana.api")

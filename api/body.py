@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from sana.errors import SanaError
+from sana.exceptions import SanaError
 
 MAX_BODY = 1 << 20
 

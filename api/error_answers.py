@@ -1,4 +1,4 @@
-"""How a :class:`~sana.errors.SanaError` answers over HTTP: its JSON and the headers that go with it.
+"""How a :class:`~sana.exceptions.SanaError` answers over HTTP: its JSON and the headers that go with it.
 
 Every answer is ``{"detail", "code", "culprit"}`` with the error's status. A 401
 says which scheme to use (``WWW-Authenticate``); ``Retry-After`` (whole seconds)
@@ -20,8 +20,7 @@ from manager.exceptions import (DataflowInvalid, DataflowNotFound, DeployFailed,
 from planning.exceptions import QueryMalformed
 from runtime.exceptions import (BucketMoveInvalid, KeyedOperatorUnknown, OperatorConfigInvalid, OperatorUnknown,
                                 RuntimeFailure)
-from sana.errors import SanaError
-from sana.exceptions import Forbidden, TopicForbidden, Unauthenticated
+from sana.exceptions import Forbidden, SanaError, TopicForbidden, Unauthenticated
 from scheduler.exceptions import PlacementImpossible
 from wan.exceptions import WanError, WanNotConfigured
 
@@ -30,7 +29,7 @@ SERVICE_FULL_RETRY_AFTER_S = 30
 
 
 #: The HTTP status of each error class; a class not listed answers as its nearest listed base, and
-#: :class:`~sana.errors.SanaError` itself (a bug, a corrupt state, a launch that failed) as 500.
+#: :class:`~sana.exceptions.SanaError` itself (a bug, a corrupt state, a launch that failed) as 500.
 #: The domain packages know nothing of HTTP: this is the one place that does.
 STATUS: dict[type[SanaError], int] = {
     SanaError: 500,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sana.errors import SanaError
+from sana.exceptions import SanaError
 
 
 class LoopbackOnly(SanaError):

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api.error_answers import error_response
 from api.exceptions import ContentTypeUnsupported, LoopbackOnly, OriginForbidden
 from api.loopback import host_and_port, is_loopback
-from sana.errors import SanaError
+from sana.exceptions import SanaError
 
 WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SINGLE_USER = "single-user mode (no SANA_TOKENS_FILE)"

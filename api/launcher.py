@@ -33,8 +33,7 @@ import redis
 
 from api.loopback import is_loopback
 from sana.auth import Principals
-from sana.exceptions import TokensFileInvalid
-from sana.errors import SanaError
+from sana.exceptions import SanaError, TokensFileInvalid
 from sana.settings import EMBEDDED_KAFKA_HOST, Settings
 
 log = logging.getLogger("sana.up")

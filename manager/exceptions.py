@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sana.errors import SanaError
+from sana.exceptions import SanaError
 
 
 class DataflowInvalid(SanaError):

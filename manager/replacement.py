@@ -30,7 +30,7 @@ from manager.traffic import link_loads_in_use
 from manager.validate import parse_dataflow
 from runtime.operators.limits import OperatorLimits
 from runtime.plan import Change
-from sana.errors import SanaError
+from sana.exceptions import SanaError
 from wan.monitor import WanMonitor
 
 

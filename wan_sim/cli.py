@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from sana.errors import SanaError
+from sana.exceptions import SanaError
 from wan_sim.policies import POLICIES
 from wan_sim.scenario import load_scenario
 from wan_sim.simulate import simulate

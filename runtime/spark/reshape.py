@@ -1,4 +1,4 @@
-"""Reshape: the skew controller of one keyed operator (seeds/reshape-skew-handling.txt, sections 2-6).
+"""Reshape: the skew controller of one keyed operator (the Reshape paper, sections 2-6; docs/skew.md).
 
 The controller runs on the driver after every micro-batch of its operator
 (:meth:`Controller.observe`), reads a few numbers per worker from the
