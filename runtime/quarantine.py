@@ -22,7 +22,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -170,6 +170,3 @@ def downstream(tasks: Iterable[Any], roots: Iterable[str]) -> set[str]:
     return out
 
 
-def failures_by_task(failures: Mapping[str, TaskFailure]) -> dict[str, dict[str, Any]]:
-    """The records as plain dictionaries (for the manager and the API)."""
-    return {task: failure.to_dict() for task, failure in failures.items()}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -309,20 +309,6 @@ def load_wan_config(path: str | Path) -> WanConfig:
         return parse_wan_config(text)
     except WanConfigInvalid as error:
         raise WanConfigInvalid(f"{path}: {error.message}", culprit={"file": str(path), **error.culprit}) from None
-
-
-def full_mesh(sites: Iterable[str], bandwidth_mbps: float, latency_ms: float) -> list[dict[str, Any]]:
-    """Link documents joining every pair of ``sites`` both ways (a convenience for scenarios and tests).
-
-    >>> full_mesh(["a", "b", "c"], 10, 1)[0]
-    {'from': 'a', 'to': 'b', 'bandwidth_mbps': 10, 'latency_ms': 1}
-    """
-    names = list(sites)
-    return [
-        {"from": a, "to": b, "bandwidth_mbps": bandwidth_mbps, "latency_ms": latency_ms}
-        for i, a in enumerate(names)
-        for b in names[i + 1:]
-    ]
 
 
 def _path(loc: tuple[Any, ...]) -> str:

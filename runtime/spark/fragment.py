@@ -121,7 +121,6 @@ class FragmentQuery(Statement, Isolation):
         self.run = ""
         self.restarts = 0
         self.last_error: str | None = None
-        self.started_at: float | None = None
         self.recent: deque[BatchStats] = deque(maxlen=RECENT_BATCHES)
         self.last_timing: dict[str, float] = {}
         self.replays_dropped = 0
@@ -164,7 +163,6 @@ class FragmentQuery(Statement, Isolation):
             .trigger(processingTime=f"{int(self.trigger_s * 1000)} milliseconds")
         )
         self.query = writer.start()
-        self.started_at = time.time()
 
     def wait_running(self, timeout_s: float = 90.0, restarts: int = START_RETRIES) -> None:
         """Return once the query has planned its first trigger; raise :class:`QueryFailed` if it died.

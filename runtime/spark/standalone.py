@@ -106,9 +106,6 @@ class StandaloneCluster:
         _kill_tree(daemon.process.pid, signal.SIGKILL)
         daemon.process.wait(timeout=30)
 
-    def alive_workers(self) -> int:
-        return self._alive_workers() or 0
-
     def stop(self) -> None:
         """Stop the workers (and their executors), then the master."""
         for daemon in reversed(self.daemons):
