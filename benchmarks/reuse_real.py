@@ -583,6 +583,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
+HISTORY = Path("benchmarks/results/reuse-history.md")
+
+
 def report(path: Path, docs: Path | None) -> str:
     results = json.loads(path.read_text())
     results.setdefault("trace", "seq")
@@ -593,9 +596,12 @@ def report(path: Path, docs: Path | None) -> str:
     image = f"reuse_real_{workload.replace('-', '_')}_{trace}{f'_step{step_s:g}' if step_s else ''}.png"
     plot(results, Path("docs/img") / image)
     if docs is not None:
-        page = _between(docs.read_text(), markers("real", trace, workload, step_s),
-                        f"{text}\n\n![{WORKLOADS[workload].rstrip(',')} {trace.upper()} on the real runtime](img/{image})")
-        docs.write_text(_between(page, markers("defrag", trace, workload, step_s), defrag))
+        # runs the page no longer shows (superseded) keep their tables in the run history
+        target = docs if markers("real", trace, workload, step_s)[0] in docs.read_text() else HISTORY
+        images = "img" if target == docs else "../../docs/img"
+        page = _between(target.read_text(), markers("real", trace, workload, step_s),
+                        f"{text}\n\n![{WORKLOADS[workload].rstrip(',')} {trace.upper()} on the real runtime]({images}/{image})")
+        target.write_text(_between(page, markers("defrag", trace, workload, step_s), defrag))
     return text + "\n\n" + defrag
 
 
