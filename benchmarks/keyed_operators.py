@@ -137,16 +137,16 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
 
     import runtime.spark.runtime as spark_runtime
     from manager.service import Manager
-    from runtime.operators import get_operator
+    import runtime.spark.query_records as query_records
+    from runtime.spark import operators as spark_operators
 
     topics = json.loads(args.topics)
-    spark_runtime.topic_end_offsets = lambda consumer, names: {  # start at 0: the input is already there
+    query_records.topic_end_offsets = lambda consumer, names: {  # start at 0: the input is already there
         name: {p: 0 for p in consumer.partitions_for_topic(name) or {0}} for name in names}
     task_ms: list[list[float]] = []
     for type_name in ("window_aggregate", "join"):
-        spec = get_operator(type_name)
-        base = spec.builder["spark_keyed"]
-        spec.builder["spark_keyed"] = functools.partial(_timed, base, args.workers, task_ms)
+        base = spark_operators.KEYED[type_name]
+        spark_operators.KEYED[type_name] = functools.partial(_timed, base, args.workers, task_ms)
     # The Spark UI's REST API gives the tasks of the shuffle stage; spark.driver.memory must reach the
     # driver JVM's launch. Both go through the session factory the runtime calls.
     import runtime.spark.session as session_module

@@ -43,14 +43,14 @@ def test_a_dead_query_is_restarted_from_its_checkpoint_and_degraded_meanwhile(ma
     produce(kafka_bootstrap, urban, first)
     wait_for(sink_holds(kafka_bootstrap, sink, expect_a(first)), 90, "output before the failure")
     broken = {"on": True}
-    evaluate = FragmentQuery._evaluate
+    evaluate = FragmentQuery.evaluate
 
     def failing(self, *args):
         if broken["on"]:
             raise RuntimeError("injected failure")
         return evaluate(self, *args)
 
-    monkeypatch.setattr(FragmentQuery, "_evaluate", failing)
+    monkeypatch.setattr(FragmentQuery, "evaluate", failing)
     produce(kafka_bootstrap, urban, second)
     work = wait_for(lambda: (w := manager.runtime.work())["status"] == "degraded" and w, 60, "degraded work")
     assert "injected failure" in work["degraded"][0]["error"]

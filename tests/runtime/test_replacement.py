@@ -101,7 +101,7 @@ def test_a_degraded_link_moves_a_dataflow_off_it_without_loss_or_repeats(manager
     assert not any(query.bound_file.exists() for query in manager.runtime.queries.values())
 
     # ... and so does one that fails after the drain, while new queries are being made (a state copy breaks)
-    records = set(manager.runtime._load_records())
+    records = set(manager.runtime.query_records.load())
 
     def broken_copy(self, states, copies):
         raise LookupError("keyed operator per_sensor: worker 0 has no state version 7")
@@ -112,7 +112,7 @@ def test_a_degraded_link_moves_a_dataflow_off_it_without_loss_or_repeats(manager
     monkeypatch.undo()
     assert {query.id: query.query.runId for query in manager.runtime.queries.values()} == runs
     assert manager.runtime.tasks == tasks and manager.snapshot().dataflows[second.id].tasks == second.tasks
-    assert set(manager.runtime._load_records()) == records, "the new queries' records are gone"
+    assert set(manager.runtime.query_records.load()) == records, "the new queries' records are gone"
     assert not any(query.bound_file.exists() for query in manager.runtime.queries.values())
 
     produce(kafka_bootstrap, urban, two)  # in flight when the work is handed over ...
