@@ -41,6 +41,8 @@ RUN groupadd --system --gid 10001 sana \
 WORKDIR /opt/sana/src
 COPY pyproject.toml README.md ./
 COPY sana/ sana/
+COPY wan/ wan/
+COPY planning/ planning/
 COPY manager/ manager/
 COPY optimizer/ optimizer/
 COPY scheduler/ scheduler/
