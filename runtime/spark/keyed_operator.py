@@ -38,7 +38,8 @@ from runtime.operators.types import Schema
 from runtime.spark.sql_text import ddl
 from runtime.spark.frames import arrow_schema
 from runtime.operators.keyed_options import ReshapeOptions
-from runtime.spark.shuffle import DEFAULT_WORKERS, Router, Routing, partition_keys, shuffle_sql
+from runtime.spark.shuffle import (DEFAULT_WORKERS, ROWS_PER_TASK, Router, Routing, packed_tasks, partition_keys,
+                                   shuffle_sql)
 from runtime.spark.worker_task import WorkerLoad, WorkerTask
 from runtime.spark.reshape import BatchLoad, Controller, ReshapeSettings
 from runtime.spark.worker_state import WorkerStateStore
@@ -66,10 +67,13 @@ class KeyedOperator:
     kind = ""
     sides = 1
 
-    def __init__(self, task: TaskSpec, workers: int | None = None, reshape: ReshapeSettings | None = None) -> None:
-        """``workers``/``reshape``: the service's defaults; the task's config overrides them."""
+    def __init__(self, task: TaskSpec, workers: int | None = None, reshape: ReshapeSettings | None = None,
+                 rows_per_task: int = ROWS_PER_TASK) -> None:
+        """``workers``/``reshape``: the service's defaults; the task's config overrides them. ``rows_per_task``:
+        a batch with fewer rows per worker than this packs the workers into fewer Spark tasks (:func:`packed_tasks`)."""
         self.task = task
         self.workers = int(task.config.get("workers") or workers or DEFAULT_WORKERS)
+        self.rows_per_task = rows_per_task
         options = ReshapeOptions.model_validate(task.config["reshape"]) if task.config.get("reshape") else None
         self.reshape = (reshape or ReshapeSettings()).override(options)
         self.router = Router(self.workers)
@@ -109,9 +113,10 @@ class KeyedOperator:
         routing = self.router.next_table(saved)
         draft = {**state, "routing": routing}
         branches, columns, step, output = self._route(session, inputs, draft, routing, scanned)
+        tasks = self.tasks_for(state, routing)
         task = WorkerTask(store, self.task.id, batch_id, self.pkeys, Routing.of(saved), Routing.of(routing),
-                          step, arrow_schema(output), self.sides)
-        frame = session.sql(shuffle_sql(branches, columns, self.pkeys)).mapInArrow(task, ddl(output))
+                          step, arrow_schema(output), self.sides, tasks)
+        frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(output))
         self._in_flight = (dict(saved), routing)
         return self._finish_plan(session, frame, draft), draft
 
@@ -126,6 +131,8 @@ class KeyedOperator:
         new_state = self._advance(draft, reports)
         new_state["state_rows"] = sum(int(report.get("state_rows", 0)) for report in reports.values())
         new_state["state_bytes"] = sum(int(report.get("state_bytes", 0)) for report in reports.values())
+        new_state["tasks"] = packed_tasks(sum(int(report.get("rows", 0)) for report in reports.values()), self.workers,
+                                          self.rows_per_task)
         self.routing = draft["routing"]
         self._control(reports, draft["routing"]["table"])
         with self._moved:
@@ -133,6 +140,14 @@ class KeyedOperator:
             self._in_flight = None
             self._moved.notify_all()
         return new_state
+
+    def tasks_for(self, state: Mapping[str, Any], routing: Mapping[str, Any]) -> int:
+        """The Spark tasks the next shuffle runs the workers in: as many as the last batch's rows need
+        (``state["tasks"]``, kept in the versioned state so that a replayed batch is shuffled, and its output
+        ordered, as the first time), one per worker while Reshape splits one (its helpers must run apart)."""
+        if routing.get("splits") or "tasks" not in state:
+            return self.workers
+        return max(1, min(self.workers, int(state["tasks"])))
 
     def abort(self) -> None:
         """The batch failed: requested moves and splits that it took are asked for again."""
@@ -203,7 +218,8 @@ class KeyedOperator:
             "state_bytes": int(state.get("state_bytes", 0)),
             "watermark_us": state.get("watermark_us"),
             "workers": self.load.snapshot(),
-            "routing": {"workers": self.workers, "buckets": len(routing["table"]), "version": routing["version"],
+            "routing": {"workers": self.workers, "tasks": self.tasks_for(state, routing),
+                        "buckets": len(routing["table"]), "version": routing["version"],
                         "table": list(routing["table"]), "splits": list(routing.get("splits") or [])},
             "moved_state_rows": self.moved_rows,
             "reshape": self.controller.snapshot(),

@@ -34,6 +34,11 @@ PKEY = "__sana_pkey"
 BUCKET = "__sana_bucket"
 MARKER = -1  # the bucket of the one marker row each worker gets in every shuffle
 SIDE = "__sana_side"
+TASK_KEY = "__sana_task"  # the partition key of a packed shuffle (several workers per Spark task)
+# A keyed task costs about 15 ms whatever it holds plus 0.8 ms per 1,000 rows (docs/skew.md): below about 10,000
+# rows a worker's own work is smaller than its task's fixed cost, so light operators pack their workers into fewer
+# Spark tasks (:func:`packed_tasks`). The logical workers, their state and their routing stay as they are.
+ROWS_PER_TASK = 10_000
 EWMA_ALPHA = 0.3
 HASH_SEED = 42  # Spark's HashPartitioning hashes with Murmur3Hash(seed 42)
 SLICES = 10_000  # a split record's slice: pmod(xxhash64(record, SLICE_SEED), SLICES)
@@ -245,7 +250,8 @@ def branch(columns: Sequence[tuple[str, str]], values: Mapping[str, str], source
     return f"SELECT {', '.join(exprs)} FROM {source}" + (f" WHERE {where}" if where else "")
 
 
-def shuffle_sql(branches: Sequence[str], columns: Sequence[tuple[str, str]], pkeys: Sequence[int]) -> str:
+def shuffle_sql(branches: Sequence[str], columns: Sequence[tuple[str, str]], pkeys: Sequence[int],
+                tasks: int | None = None) -> str:
     """One statement: the routed ``branches`` and a marker row per worker, shuffled so that worker i is one partition.
 
     Every worker gets one marker row (bucket -1) carrying its partition key:
@@ -254,7 +260,28 @@ def shuffle_sql(branches: Sequence[str], columns: Sequence[tuple[str, str]], pke
     output feeds a union), and runs, so windows still close and state
     versions are still written. One SQL statement is analyzed once; the same
     plan built with DataFrame calls costs an eager analysis per call.
+
+    With ``tasks`` below the number of workers the workers are packed: worker i
+    goes to Spark task ``i % tasks`` (a second key, :data:`TASK_KEY`, of the
+    identity partitioning for ``tasks`` partitions, dropped after the shuffle),
+    and that task runs each of its workers in turn (:class:`~runtime.spark.worker_task.WorkerTask`).
     """
     keys = ", ".join(f"({key})" for key in pkeys)
     markers = branch(columns, {PKEY: "CAST(pk AS INT)", BUCKET: str(MARKER)}, f"VALUES {keys} AS m(pk)")
-    return f"SELECT /*+ REPARTITION({len(pkeys)}, `{PKEY}`) */ * FROM ({' UNION ALL '.join([*branches, markers])})"
+    routed = " UNION ALL ".join([*branches, markers])
+    if tasks is None or tasks >= len(pkeys):
+        return f"SELECT /*+ REPARTITION({len(pkeys)}, `{PKEY}`) */ * FROM ({routed})"
+    task_keys = partition_keys(tasks)
+    pairs = ", ".join(f"{key}, {task_keys[worker % tasks]}" for worker, key in enumerate(pkeys))
+    names = ", ".join(f"`{name}`" for name, _ in columns)
+    return (f"SELECT {names} FROM (SELECT /*+ REPARTITION({tasks}, `{TASK_KEY}`) */ * FROM "
+            f"(SELECT *, element_at(map({pairs}), `{PKEY}`) AS `{TASK_KEY}` FROM ({routed})))")
+
+
+def packed_tasks(rows: int, workers: int, rows_per_task: int = ROWS_PER_TASK) -> int:
+    """How many Spark tasks a keyed shuffle of ``rows`` rows runs its ``workers`` in: one per ``rows_per_task``.
+
+    >>> packed_tasks(40, 8), packed_tasks(25_000, 8), packed_tasks(10**6, 8)
+    (1, 3, 8)
+    """
+    return max(1, min(workers, -(-rows // rows_per_task)))

@@ -62,9 +62,10 @@ class WorkerLoad:
 
 @dataclass(frozen=True)
 class WorkerTask:
-    """The ``mapInArrow`` function of a keyed shuffle: one call per Spark task, i.e. per logical worker.
+    """The ``mapInArrow`` function of a keyed shuffle: one call per Spark task, i.e. per logical worker, or per
+    group of workers when the shuffle packs them into ``tasks`` Spark tasks (the task runs them one after another).
 
-    Loads the worker's state as of the batch before ``batch_id``, changes it
+    For each worker: loads its state as of the batch before ``batch_id``, changes it
     from ``old`` routing to ``new`` (:meth:`_transition`), runs ``step`` and
     writes the new version with the step's report, to which it adds the
     records of each bucket it got (replicas left out) and its state rows per
@@ -80,6 +81,7 @@ class WorkerTask:
     step: Any
     output_schema: Any  # pyarrow.Schema
     sides: int = 1  # 2 for a join: rows carry SIDE
+    tasks: int = 0  # Spark tasks of the shuffle; fewer than the workers: worker i runs in task i % tasks (0: one each)
 
     def __call__(self, batches):
         import time
@@ -87,31 +89,44 @@ class WorkerTask:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        started = time.perf_counter()
         received = [batch for batch in batches if batch.num_rows]
         table = pa.Table.from_batches(received) if received else None
         marker = pc.equal(table.column(BUCKET), MARKER) if table is not None else None
         markers = table.filter(marker).column(PKEY).to_pylist() if table is not None else []
-        if len(markers) != 1:
-            raise RuntimeError(f"keyed shuffle of {self.operator}: a Spark task got {len(markers)} worker marker(s) "
-                               f"({markers}); Spark's hash partitioning is not what Sana expects")
-        worker = self.pkeys.index(markers[0])
+        workers = self._workers_of(markers)
         rows = table.filter(pc.invert(marker))
-        strangers = pc.sum(pc.not_equal(rows.column(PKEY), markers[0])).as_py() if rows.num_rows else 0
+        strangers = (pc.sum(pc.invert(pc.is_in(rows.column(PKEY), value_set=pa.array(markers, rows.column(PKEY).type)))).as_py()
+                     if rows.num_rows else 0)
         if strangers:
-            raise RuntimeError(f"keyed shuffle of {self.operator}: worker {worker}'s Spark task got {strangers} row(s) "
-                               "of other workers; Spark's hash partitioning is not what Sana expects")
-        rows = rows if rows.num_rows else None
-        _, state = self.store.load_before(self.operator, worker, self.batch_id)
-        state, moved = self._transition(worker, state)
-        arrivals = self._arrivals(worker, rows)
-        state, output, report = self.step(state, rows)
-        report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2),
-                      arrivals=arrivals, side_state_rows=self._side_counts(state),
-                      state_bytes=int(state.nbytes) if state is not None else 0)
-        self.store.save(self.operator, worker, self.batch_id, state, report)
-        if output is not None and output.num_rows:
-            yield from output.cast(self.output_schema).to_batches()
+            raise RuntimeError(f"keyed shuffle of {self.operator}: the Spark task of worker(s) {workers} got {strangers} "
+                               "row(s) of other workers; Spark's hash partitioning is not what Sana expects")
+        for worker in workers:  # one worker per task, or several when the shuffle is packed (``tasks``)
+            started = time.perf_counter()
+            own = rows if len(workers) == 1 else rows.filter(pc.equal(rows.column(PKEY), self.pkeys[worker]))
+            own = own if own.num_rows else None
+            _, state = self.store.load_before(self.operator, worker, self.batch_id)
+            state, moved = self._transition(worker, state)
+            arrivals = self._arrivals(worker, own)
+            state, output, report = self.step(state, own)
+            report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2),
+                          arrivals=arrivals, side_state_rows=self._side_counts(state),
+                          state_bytes=int(state.nbytes) if state is not None else 0)
+            self.store.save(self.operator, worker, self.batch_id, state, report)
+            if output is not None and output.num_rows:
+                yield from output.cast(self.output_schema).to_batches()
+
+    def _workers_of(self, markers: list[int]) -> list[int]:
+        """The workers this Spark task runs, from their marker rows, checked against the partitioning planned."""
+        tasks = self.tasks or len(self.pkeys)
+        workers = sorted(self.pkeys.index(key) for key in markers if key in self.pkeys)
+        expected = 1 if tasks >= len(self.pkeys) else None
+        if (not workers or len(workers) != len(markers) or len(set(workers)) != len(workers)
+                or (expected is not None and len(workers) != expected)
+                or len({worker % tasks for worker in workers}) != 1):
+            raise RuntimeError(f"keyed shuffle of {self.operator}: a Spark task got worker marker(s) {markers} "
+                               f"({tasks} task(s) for {len(self.pkeys)} workers); Spark's hash partitioning is not "
+                               "what Sana expects")
+        return workers
 
     # -- what the worker reports ------------------------------------------------------------
 

@@ -116,6 +116,34 @@ def test_moving_buckets_between_batches_changes_no_result(spark, tmp_path, make)
     assert moving.state["state_rows"] == still.state["state_rows"]
 
 
+@pytest.mark.parametrize("make", [window_driver, join_driver], ids=["window_aggregate", "join"])
+def test_workers_packed_into_fewer_spark_tasks_give_the_same_records(spark, tmp_path, make):
+    """A light operator runs its 8 workers in fewer Spark tasks (rows_per_task), each task running its workers in
+    turn; the records are the ones one task per worker gives, batch by batch, and so is the state."""
+    apart, packed = make(spark, tmp_path / "apart"), make(spark, tmp_path / "packed")
+    apart.operator.rows_per_task = 1  # never packs
+    packed.operator.rows_per_task = 400  # 300 rows a batch: one task; more when a batch brings more
+    tracker = spark.sparkContext.statusTracker()
+    task_counts = []
+    for batch in range(6):
+        inputs = _inputs(apart, batch) if batch != 4 else {port: readings(batch, 700, seed=9) for port in apart.schemas}
+        expected = apart.run(inputs)
+        group = f"sana-packed-{batch}"
+        spark.sparkContext.setJobGroup(group, "packed keyed shuffle", False)
+        try:
+            got = packed.run(inputs)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        task_counts.append(max(stage.numTasks for job in tracker.getJobIdsForGroup(group)
+                               for stage in map(tracker.getStageInfo, tracker.getJobInfo(job).stageIds) if stage))
+        assert rows(got) == rows(expected), f"batch {batch}"
+    assert packed.state["state_rows"] == apart.state["state_rows"]
+    assert packed.operator.load.last == apart.operator.load.last, "every logical worker got the same rows"
+    assert task_counts[0] == 8, "the first batch has no load to size by: one task per worker"
+    assert max(task_counts[1:5]) < 8, f"light batches ran packed: {task_counts}"
+    assert apart.state["tasks"] == 8 and packed.state["tasks"] < 8
+
+
 def _inputs(driver: KeyedDriver, batch: int) -> dict[str, list[dict]]:
     return {port: readings(batch, 150, seed=index + 2) for index, port in enumerate(sorted(driver.schemas))}
 

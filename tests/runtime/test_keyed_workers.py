@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from runtime.operators.join.worker import LEFT, RIGHT, JoinStep, side_column
-from runtime.spark.shuffle import BUCKET, PKEY, SIDE, Router, Routing, Split, default_table, moved_buckets
+from runtime.spark.shuffle import BUCKET, MARKER, PKEY, SIDE, Router, Routing, Split, default_table, moved_buckets
 from runtime.spark.worker_task import WorkerTask
 from runtime.operators.window.worker import END, START, TIMESTAMP, TS, WindowStep, part_input
 from runtime.spark.worker_state import KEEP_VERSIONS, WorkerStateStore
@@ -258,3 +258,43 @@ def test_the_router_applies_splits_at_the_next_batch_and_routes_with_them():
     _, other_side = router.columns(["k"], {**after, "splits": [{"worker": 0, "side": 0, "helpers": [[1, 0, 2500]]}]},
                                    ["`k`"], side=1)
     assert other_side.startswith("explode(")
+
+
+# -- several workers in one Spark task (a packed shuffle) ---------------------------------------
+
+def _counting_step(state, rows):
+    """A step that keeps how many rows its worker has seen and outputs one row per call."""
+    seen = (state.column("n")[0].as_py() if state is not None else 0) + (rows.num_rows if rows is not None else 0)
+    return pa.table({"n": [seen]}), pa.table({"n": [seen]}), {"rows": rows.num_rows if rows is not None else 0}
+
+
+def _shuffled(rows_of: dict[int, int], markers: list[int]) -> list[pa.RecordBatch]:
+    keys = [key for key, count in rows_of.items() for _ in range(count)] + markers
+    buckets = [0] * (len(keys) - len(markers)) + [MARKER] * len(markers)
+    return pa.table({PKEY: pa.array(keys, pa.int32()), BUCKET: pa.array(buckets, pa.int32())}).to_batches()
+
+
+def test_a_packed_task_runs_each_of_its_workers_on_its_own_rows_and_state(tmp_path):
+    store = WorkerStateStore(str(tmp_path))
+    pkeys = (11, 12, 13, 14)  # four workers in two Spark tasks: workers 0 and 2 in task 0
+    routing = Routing((0, 1, 2, 3))
+    task = WorkerTask(store, "op", 1, pkeys, routing, routing, _counting_step, pa.schema([("n", pa.int64())]), tasks=2)
+    out = list(task(_shuffled({11: 3, 13: 5}, markers=[13, 11])))
+    assert [batch.column(0).to_pylist() for batch in out] == [[3], [5]]  # worker 0, then worker 2
+    assert store.meta("op", 0, 1)["rows"] == 3 and store.meta("op", 2, 1)["rows"] == 5
+    assert store.meta("op", 1, 1) is None, "workers of the other task are not this task's"
+    again = WorkerTask(store, "op", 2, pkeys, routing, routing, _counting_step, pa.schema([("n", pa.int64())]), tasks=2)
+    assert [b.column(0).to_pylist() for b in again(_shuffled({13: 1}, markers=[11, 13]))] == [[3], [6]]
+
+
+def test_a_packed_task_refuses_rows_or_markers_the_partitioning_did_not_plan(tmp_path):
+    store = WorkerStateStore(str(tmp_path))
+    pkeys, routing = (11, 12, 13, 14), Routing((0, 1, 2, 3))
+    task = WorkerTask(store, "op", 1, pkeys, routing, routing, _counting_step, pa.schema([("n", pa.int64())]), tasks=2)
+    with pytest.raises(RuntimeError, match="row\\(s\\) of other workers"):
+        list(task(_shuffled({12: 1}, markers=[11, 13])))
+    with pytest.raises(RuntimeError, match="worker marker"):  # workers 0 and 1 are in different tasks
+        list(task(_shuffled({}, markers=[11, 12])))
+    one_each = WorkerTask(store, "op", 1, pkeys, routing, routing, _counting_step, pa.schema([("n", pa.int64())]))
+    with pytest.raises(RuntimeError, match="worker marker"):  # unpacked: one worker per task
+        list(one_each(_shuffled({}, markers=[11, 13])))
