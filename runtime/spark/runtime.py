@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -49,13 +48,12 @@ from runtime.spark.live_plan import LivePlan
 from runtime.spark.query_records import QueryRecords
 from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts, mergeable
 from runtime.spark.reshape import ReshapeSettings
+from runtime.spark.supervisor import Supervisor
 from sana.failpoints import fail_point
 
 log = logging.getLogger("sana.runtime.spark")
 
-SUPERVISE_EVERY_S = 1.0
 DRAIN_TIMEOUT_S = 120.0
-MAX_BACKOFF_S = 30.0
 
 
 class SparkRuntime:
@@ -101,8 +99,6 @@ class SparkRuntime:
         self._spark_error: BaseException | None = None
         self._spark_ready = threading.Event()
         self._closing = threading.Event()
-        self._backoff: dict[str, tuple[float, float]] = {}
-        self._degraded: dict[str, str] = {}
         self._records: dict[str, dict[str, Any]] | None = None
         self._session_lock = threading.Lock()
         self._session_started = False
@@ -110,8 +106,8 @@ class SparkRuntime:
             self._session_started = True
             threading.Thread(target=self._start_session, name="sana-spark-session", daemon=True).start()
         self.meter = CostMeter(self._counters)
-        self._supervisor = threading.Thread(target=self._supervise, name="sana-supervisor", daemon=True)
-        self._supervisor.start()
+        self.supervisor = Supervisor(lambda: self.queries, self._lock, self.meter, self._closing)
+        self.supervisor.start()
 
     # -- the SparkSession ------------------------------------------------------------
 
@@ -206,10 +202,10 @@ class SparkRuntime:
         queries = dict(self.queries)  # no lock: /healthz must answer while a change is being applied
         degraded = []
         for query_id, query in queries.items():
-            if query_id in self._degraded or not query.alive():
+            if query_id in self.supervisor.degraded or not query.alive():
                 degraded.append({"query": query_id, "fragments": sorted(query.fragments), "restarts": query.restarts,
                                  "tasks": [task.id for task in query.plan.tasks],
-                                 "error": self._degraded.get(query_id) or query.error()})
+                                 "error": self.supervisor.degraded.get(query_id) or query.error()})
         return {"status": "degraded" if degraded else "ok", "degraded": degraded,
                 "quarantined": sorted(self.quarantine.failed())}
 
@@ -275,7 +271,7 @@ class SparkRuntime:
             if metrics is None:
                 continue
             tasks = sorted(task.id for task in self.tasks.values() if task.fragment == fragment)
-            status = "degraded" if query_id in self._degraded or metrics["status"] != "running" else "running"
+            status = "degraded" if query_id in self.supervisor.degraded or metrics["status"] != "running" else "running"
             keyed = {task_id: value for task_id, value in metrics["state"]["operators"].items() if task_id in tasks}
             fragments[fragment] = {
                 "fragment": fragment, "query": query_id, "status": status, "tasks": tasks,
@@ -499,8 +495,7 @@ class SparkRuntime:
     def retire(self, query_id: str) -> FragmentQuery | None:
         """Forget a query another has taken over (its supervision, record and back-off); returns it."""
         self._records.pop(query_id, None)
-        self._degraded.pop(query_id, None)
-        self._backoff.pop(query_id, None)
+        self.supervisor.forget(query_id)
         return self.queries.pop(query_id, None)
 
     def adopt(self, query: FragmentQuery, record: dict[str, Any]) -> None:
@@ -510,46 +505,6 @@ class SparkRuntime:
 
     def new_query_id(self, fragment: str) -> str:
         return self.query_records.next_id(fragment)
-
-    # -- supervision ------------------------------------------------------------------------
-
-    def _supervise(self) -> None:
-        while not self._closing.wait(SUPERVISE_EVERY_S):
-            try:
-                if self.meter.due():
-                    self.meter.sample()
-            except Exception:  # a failed sample leaves a longer window, nothing else
-                log.exception("cost sample failed")
-            if not self._lock.acquire(timeout=0.5):
-                continue
-            try:
-                for query_id, query in list(self.queries.items()):
-                    self._check(query_id, query)
-            except Exception:  # the supervisor must survive anything a query throws at it
-                log.exception("supervisor pass failed")
-            finally:
-                self._lock.release()
-
-    def _check(self, query_id: str, query: FragmentQuery) -> None:
-        if query.alive():
-            if query_id in self._degraded and query.ran_since_start():
-                log.info("query %s runs again after %d restart(s)", query_id, query.restarts)
-                self._degraded.pop(query_id, None)
-                self._backoff.pop(query_id, None)
-            return
-        if query_id not in self._degraded:
-            self._degraded[query_id] = query.error() or "the query stopped"
-            log.error("query %s died: %s", query_id, self._degraded[query_id])
-        next_at, delay = self._backoff.get(query_id, (0.0, 1.0))
-        if time.monotonic() < next_at:
-            return
-        self._backoff[query_id] = (time.monotonic() + delay, min(MAX_BACKOFF_S, delay * 2))
-        query.restarts += 1
-        try:
-            query.start()
-            log.warning("restarted query %s from its checkpoint (restart %d)", query_id, query.restarts)
-        except Exception as error:  # retried at the next pass, after the backoff
-            self._degraded[query_id] = f"restart failed: {error}"
 
 
 def _local_master(master: str) -> bool:
