@@ -47,7 +47,10 @@ def run_scenario(name: str, cluster: StandaloneCluster, kafka_bootstrap: str, tm
         if keys:
             client.delete(*keys)
     assert done.returncode == 0, f"scenario {name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    # the scenario prints its result as one JSON line; Spark's JVM may still log to stdout after it while it stops
+    results = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert results, f"scenario {name} printed no result:\n{done.stdout[-2000:]}"
+    return json.loads(results[-1])
 
 
 def test_overlapping_dataflows_share_work_with_executors_in_the_workers(cluster, kafka_bootstrap, tmp_path):
