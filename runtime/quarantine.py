@@ -170,3 +170,21 @@ def downstream(tasks: Iterable[Any], roots: Iterable[str]) -> set[str]:
     return out
 
 
+def upstream(tasks: Iterable[Any], roots: Iterable[str]) -> set[str]:
+    """``roots`` (those among ``tasks``) and every task of ``tasks`` they read, directly or not.
+
+    >>> from types import SimpleNamespace as T
+    >>> plan = [T(id="s", inputs=[]), T(id="f", inputs=[("in", "s")]), T(id="g", inputs=[("in", "f")]),
+    ...         T(id="h", inputs=[("in", "s")])]
+    >>> sorted(upstream(plan, {"g"}))
+    ['f', 'g', 's']
+    """
+    by_id = {task.id: task for task in tasks}
+    found: set[str] = set()
+    pending = list(roots)
+    while pending:
+        task_id = pending.pop()
+        if task_id in by_id and task_id not in found:
+            found.add(task_id)
+            pending.extend(parent for _, parent in by_id[task_id].inputs)
+    return found

@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from runtime.plan import TaskSpec
-from runtime.quarantine import TaskFailure, attributable, downstream
+from runtime.quarantine import TaskFailure, attributable, downstream, upstream
 from runtime.spark.live_plan import LivePlan
 
 log = logging.getLogger("sana.runtime.query")
@@ -82,14 +82,7 @@ class Isolation:
         failing_outputs = [output for output in plan.outputs if self.probe(plan, keyed, df, batch_id, [output]) is not None]
         if not failing_outputs:
             return []
-        by_id = {task.id: task for task in plan.tasks}
-        suspects: set[str] = set()
-        pending = [task_id for task_id, _ in failing_outputs]
-        while pending:
-            task_id = pending.pop()
-            if task_id in by_id and task_id not in suspects:
-                suspects.add(task_id)
-                pending.extend(parent for _, parent in by_id[task_id].inputs)
+        suspects = upstream(plan.tasks, [task_id for task_id, _ in failing_outputs])
         failures: list[TaskFailure] = []
         for task in plan.tasks:
             if task.id not in suspects or any(parent in downstream(plan.tasks, {f.task for f in failures})
@@ -104,16 +97,9 @@ class Isolation:
         return failures
 
     def probe(self, plan: LivePlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int,
-               outputs: list[tuple[str, str]]) -> BaseException | None:
+              outputs: list[tuple[str, str]]) -> BaseException | None:
         """Evaluate only ``outputs`` (and what they read) without writing; the error it raised, or None."""
-        needed: set[str] = set()
-        by_id = {task.id: task for task in plan.tasks}
-        pending = [task_id for task_id, _ in outputs]
-        while pending:
-            task_id = pending.pop()
-            if task_id in by_id and task_id not in needed:
-                needed.add(task_id)
-                pending.extend(parent for _, parent in by_id[task_id].inputs)
+        needed = upstream(plan.tasks, [task_id for task_id, _ in outputs])
         tasks = tuple(task for task in plan.tasks if task.id in needed)
         reads = {parent: topic for parent, topic in plan.reads.items()
                  if any(parent == p for task in tasks for _, p in task.inputs)}

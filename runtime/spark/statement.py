@@ -43,7 +43,7 @@ class Statement:
     """Evaluate the live plan on one micro-batch."""
 
     def evaluate(self, plan: LivePlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int,
-                  probe: bool = False) -> tuple[int, int]:
+                 probe: bool = False) -> tuple[int, int]:
         """Run the plan on one micro-batch: one SQL statement (CTEs + UNION ALL of the outputs), one write.
 
         With ``probe`` the outputs are computed in full but nothing is written
