@@ -18,13 +18,11 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import redis
 from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
 
 
 def _manager(args: argparse.Namespace):
@@ -40,14 +38,9 @@ def _manager(args: argparse.Namespace):
 
 
 def _topic_factory(bootstrap: str):
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    from tests.fixtures.kafka_io import topic_maker
 
-    def make(stem: str = "t", partitions: int = 1) -> str:
-        name = f"{stem}-{uuid.uuid4().hex[:8]}"
-        admin.create_topics([NewTopic(name, partitions, 1)])
-        return name
-
-    return make
+    return topic_maker(KafkaAdminClient(bootstrap_servers=bootstrap))
 
 
 def _executors(manager) -> int:

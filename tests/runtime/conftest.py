@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
 
 from manager.service import Manager
 from runtime.spark.runtime import SparkRuntime
+from tests.fixtures.kafka_io import topic_maker
 from tests.fixtures.services import kafka_bootstrap  # noqa: F401 (fixture)
 
 SPARK_MASTER = "local[2]"
@@ -20,13 +19,7 @@ SPARK_MASTER = "local[2]"
 def topic_factory(kafka_bootstrap: str) -> Callable[..., str]:  # noqa: F811
     """Make a fresh topic with ``partitions`` partitions; returns its name."""
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-
-    def make(stem: str = "t", partitions: int = 1) -> str:
-        name = f"{stem}-{uuid.uuid4().hex[:8]}"
-        admin.create_topics([NewTopic(name, partitions, 1)])
-        return name
-
-    yield make
+    yield topic_maker(admin)
     admin.close()
 
 
