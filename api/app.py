@@ -128,9 +128,14 @@ _ERRORS = {status: {"model": schemas.ErrorOut} for status in (401, 403, 404, 409
 def _routes(app: FastAPI) -> None:
     @app.post("/dataflows", status_code=201, response_model=schemas.SubmitResponse, responses=_ERRORS,
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DataflowDocument"}}}}})
-    async def submit_dataflow(request: Request, manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
+    async def submit_dataflow(request: Request, manager: ManagerDep, principal: PrincipalDep,
+                              unique: bool = False) -> dict[str, Any]:
         """Submit a dataflow; returns once everything it needs is running. With tokens, the caller owns it
-        (an admin may name another ``owner``)."""
+        (an admin may name another ``owner``).
+
+        A dataflow identical to one its owner already runs (the same sinks writing the same topics, whatever
+        the name or task ids) is accepted with ``duplicate_of`` naming that one and a line in ``warnings``;
+        with ``unique=true`` it is refused instead, 409 ``DATAFLOW_DUPLICATE`` naming it, and nothing changes."""
         body = await read_body(request)
         services: Services = request.app.state.services
 
@@ -142,7 +147,7 @@ def _routes(app: FastAPI) -> None:
                                     culprit={"field": "owner"})
                 check_topics(principal, flow.tasks)
                 flow = replace(flow, owner=flow.owner or principal.name)
-            return submit_answer(principal, manager.submit_validated(flow))
+            return submit_answer(principal, manager.submit_validated(flow, unique=unique))
 
         return await run_in_threadpool(submit)
 

@@ -15,8 +15,8 @@ from fastapi.responses import JSONResponse
 
 from api.body import PayloadTooLarge
 from api.exceptions import ContentTypeUnsupported, FragmentNotRunning, LoopbackOnly, OriginForbidden, RateLimited
-from manager.exceptions import (DataflowInvalid, DataflowNotFound, DeployFailed, LimitExceeded, ServiceFull,
-                                SinkTopicTaken, StateBusy, StateUnavailable)
+from manager.exceptions import (DataflowDuplicate, DataflowInvalid, DataflowNotFound, DeployFailed, LimitExceeded,
+                                ServiceFull, SinkTopicTaken, StateBusy, StateUnavailable)
 from planning.exceptions import QueryMalformed
 from runtime.exceptions import (BucketMoveInvalid, KeyedOperatorUnknown, OperatorConfigInvalid, OperatorUnknown,
                                 RuntimeFailure)
@@ -37,8 +37,8 @@ STATUS: dict[type[SanaError], int] = {
     Unauthenticated: 401, Forbidden: 403, TopicForbidden: 403, LoopbackOnly: 403, OriginForbidden: 403,
     PayloadTooLarge: 413, ContentTypeUnsupported: 415, RateLimited: 429, FragmentNotRunning: 404,
     # what it names
-    DataflowInvalid: 422, SinkTopicTaken: 409, DataflowNotFound: 404, LimitExceeded: 429, ServiceFull: 503,
-    OperatorUnknown: 422, OperatorConfigInvalid: 422, PlacementImpossible: 422, QueryMalformed: 500,
+    DataflowInvalid: 422, SinkTopicTaken: 409, DataflowDuplicate: 409, DataflowNotFound: 404, LimitExceeded: 429,
+    ServiceFull: 503, OperatorUnknown: 422, OperatorConfigInvalid: 422, PlacementImpossible: 422, QueryMalformed: 500,
     WanError: 422, WanNotConfigured: 404,
     # the parts behind it
     StateUnavailable: 503, StateBusy: 503, DeployFailed: 502,

@@ -26,6 +26,12 @@ class SubmitResponse(BaseModel):
     placement: dict[str, dict[str, Any]] = Field({}, description="How each new task was placed (WAN configuration only).")
     weighing: dict[str, Any] | None = Field(None, description="How Algorithm 1's plan and the plan taking every share stood "
                                             "on the WAN, which was kept and the criterion that decided (WAN configuration only).")
+    duplicate_of: str | None = Field(None, description="A dataflow of the same owner, running already, that this one is "
+                                     "identical to (the same sinks writing the same topics; name and task ids do not "
+                                     "count); null if none. With ?unique=true such a submit is refused instead (409 "
+                                     "DATAFLOW_DUPLICATE).")
+    warnings: list[str] = Field([], description="What the submitter should know, in words: a duplicate, or a dataflow "
+                                "of the same owner and name writing one of the same topics but computing something else.")
 
 
 class TaskFailureOut(BaseModel):

@@ -95,6 +95,13 @@ class SinkTopicTaken(DataflowInvalid):
     code = "SINK_TOPIC_TAKEN"
 
 
+class DataflowDuplicate(SanaError):
+    """A submit asking to be unique is identical to a dataflow its owner already runs (the same sinks writing the same
+    topics: manager/duplicates.py); ``culprit["dataflow"]`` names it. Nothing changed."""
+
+    code = "DATAFLOW_DUPLICATE"
+
+
 class DataflowNotFound(SanaError):
     """No submitted dataflow has this id."""
 

@@ -104,11 +104,13 @@ def isolated(flow: Dataflow, salt: str) -> Dataflow:
     >>> alone.signatures["s"] != flow.signatures["s"], alone.signatures["s"] == isolated(flow, "df-1").signatures["s"]
     (True, True)
     """
-    salted = {
-        task_id: hashlib.sha256(f"{signature}:{salt}".encode()).hexdigest()
-        for task_id, signature in flow.signatures.items()
-    }
-    return dataclasses.replace(flow, signatures=salted)
+    return dataclasses.replace(flow, signatures={task_id: salted(signature, salt)
+                                                 for task_id, signature in flow.signatures.items()})
+
+
+def salted(signature: str, salt: str) -> str:
+    """``signature`` as :func:`isolated` salts it with ``salt`` (a dataflow id under ``SANA_SHARING=false``)."""
+    return hashlib.sha256(f"{signature}:{salt}".encode()).hexdigest()
 
 
 def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool = True,

@@ -20,7 +20,10 @@ class SubmitResult:
     and the one taking every share stood, and which was kept (:class:`planning.model.Weighing`).
     ``owner_tasks`` (not in :meth:`to_dict`): of the running tasks the answer names as already
     running (those of ``reused`` and the ``equivalent`` of ``not_shared``), the ones a dataflow of
-    the same owner used before this submit; the API tells a user only about those (api/visibility.py)."""
+    the same owner used before this submit; the API tells a user only about those (api/visibility.py).
+    ``duplicate_of``: a dataflow of the same owner that was running already and is identical to this one (the
+    same sinks writing the same topics, :mod:`manager.duplicates`), or None; ``warnings``: what the submitter
+    should know, in words (a duplicate; a dataflow of the same name writing one of its topics)."""
 
     id: str
     name: str
@@ -34,6 +37,8 @@ class SubmitResult:
     placement: dict[str, dict[str, Any]] = field(default_factory=dict)
     weighing: dict[str, Any] | None = None
     owner_tasks: frozenset[str] = frozenset()
+    duplicate_of: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         result = {
@@ -45,6 +50,8 @@ class SubmitResult:
             "sinks": self.sinks,
             "sites": self.sites,
             "not_shared": self.not_shared,
+            "duplicate_of": self.duplicate_of,
+            "warnings": self.warnings,
         }
         if self.placement:
             result["placement"] = self.placement

@@ -30,6 +30,7 @@ import redis
 
 from manager import merge
 from manager.costs import attribute
+from manager.duplicates import find_repeats
 from manager.exceptions import DataflowNotFound
 from manager.ledger import Ledger
 from manager.maintenance import Maintenance
@@ -141,18 +142,23 @@ class Manager:
 
     # -- changes -----------------------------------------------------------------
 
-    def submit(self, body: bytes | str | dict[str, Any]) -> SubmitResult:
+    def submit(self, body: bytes | str | dict[str, Any], unique: bool = False) -> SubmitResult:
         """Validate and merge a dataflow; returns once its new work runs."""
         flow = parse_dataflow(body)
-        return self.submit_validated(flow)
+        return self.submit_validated(flow, unique=unique)
 
-    def submit_validated(self, flow: Dataflow) -> SubmitResult:
+    def submit_validated(self, flow: Dataflow, unique: bool = False) -> SubmitResult:
+        """Merge a validated dataflow. One identical to a dataflow its owner runs is accepted with a warning, or
+        refused with :class:`~manager.exceptions.DataflowDuplicate` when ``unique`` (nothing changes): :mod:`manager.duplicates`."""
         self.limits.check_dataflow(flow)
         self._ensure_started()
         ledger = self.ledger
         with ledger.guard(), ledger.changing, ledger.mutex, ledger.store.lock():
             ledger.sync()
             state = ledger.state
+            repeats = find_repeats(state, flow)
+            if unique and repeats.duplicates:
+                raise repeats.refusal()
             self.limits.check_owner(state, flow.owner)
             state.quarantined = quarantined_with_readers(state, self.runtime.failures())
             plan = merge.plan_merge(state, flow, self.clock(), sharing=self.sharing, measured=ledger.measured())
@@ -178,6 +184,8 @@ class Manager:
             placement=dict(plan.placement),
             weighing=plan.weighing,
             owner_tasks=owner_tasks,
+            duplicate_of=repeats.duplicate_of.id if repeats.duplicate_of else None,
+            warnings=repeats.warnings(flow_record.id, len(plan.new_tasks)),
         )
 
     def remove(self, dataflow_id: str) -> RemoveResult:
