@@ -80,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     submit = commands.add_parser("submit", help="submit a dataflow from a JSON file ('-' reads stdin)")
     submit.add_argument("file")
     submit.add_argument("--json", action="store_true", help="print the server's JSON answer")
+    submit.add_argument("--unique", action="store_true", help="refuse (409) a dataflow identical to one of yours "
+                        "already running (same sinks, same topics), instead of a warning")
     submit.set_defaults(handler=_submit)
 
     remove = commands.add_parser("remove", help="remove a submitted dataflow")
@@ -267,9 +269,12 @@ def _submit(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"sana: cannot read {args.file}: {error.strerror}", file=sys.stderr)
         return EXIT_USAGE
-    status, body = _call(args, "POST", "/dataflows", content=data, headers={"content-type": "application/json"})
+    status, body = _call(args, "POST", "/dataflows", content=data, headers={"content-type": "application/json"},
+                         params={"unique": "true"} if args.unique else None)
     if status != EXIT_OK:
         return status
+    for warning in body.get("warnings", ()):
+        print(f"sana: warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps(body, indent=2))
         return EXIT_OK
