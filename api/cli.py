@@ -273,16 +273,19 @@ def _submit(args: argparse.Namespace) -> int:
                          params={"unique": "true"} if args.unique else None)
     if status != EXIT_OK:
         return status
-    for warning in body.get("warnings", ()):
-        print(f"sana: warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps(body, indent=2))
-        return EXIT_OK
-    print(f"submitted {body['id']} ({body['name']}): {len(body['reused'])} task(s) reused, {len(body['created'])} created")
-    rows = [(task, running, "reused" if task in body["reused"] else "created") for task, running in body["tasks"].items()]
-    _print_table(("TASK", "RUNNING TASK", "STATUS"), rows)
-    for sink, target in body["sinks"].items():
-        print(f"sink {sink}: output on topic {target['topic']} (running task {target['running_task']})")
+    else:
+        print(f"submitted {body['id']} ({body['name']}): {len(body['reused'])} task(s) reused, "
+              f"{len(body['created'])} created")
+        rows = [(task, running, "reused" if task in body["reused"] else "created")
+                for task, running in body["tasks"].items()]
+        _print_table(("TASK", "RUNNING TASK", "STATUS"), rows)
+        for sink, target in body["sinks"].items():
+            print(f"sink {sink}: output on topic {target['topic']} (running task {target['running_task']})")
+    sys.stdout.flush()  # the warnings come last, where a terminal shows them
+    for warning in body.get("warnings", ()):
+        print(f"sana: warning: {warning}", file=sys.stderr)
     return EXIT_OK
 
 
