@@ -78,3 +78,15 @@ class HandOverFailed(RuntimeFailure):
     """Tasks could not be handed over to their new places at a cut; everything runs as it did before."""
 
     code = "HAND_OVER_FAILED"
+
+
+class TopicNotFound(RuntimeFailure):
+    """A topic to read does not exist on the broker (or, at the API, is not one the caller may read)."""
+
+    code = "TOPIC_NOT_FOUND"
+
+
+class TailCursorInvalid(RuntimeFailure):
+    """A cursor handed back to continue reading a topic is not one a read of that topic gave."""
+
+    code = "TAIL_CURSOR_INVALID"

@@ -23,6 +23,8 @@ log = logging.getLogger("sana.runtime.topics")
 
 MAX_TOPIC = 249
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+#: What Kafka takes as a topic name.
+TOPIC_NAME = re.compile(rf"^[A-Za-z0-9._-]{{1,{MAX_TOPIC}}}$")
 
 
 def stream_topic(namespace: str, signature: str) -> str:
