@@ -20,8 +20,9 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from api import routes_runtime, routes_wan, schemas
+from api import routes_runtime, routes_topics, routes_wan, schemas
 from api.body import read_body
+from api.callers import AdminDep, PrincipalDep, require_admin
 from api.error_answers import error_response
 from api.guard import RequestGuard
 from api.health import check_redis
@@ -32,7 +33,7 @@ from manager.document import DataflowDocument
 from manager.service import Manager, task_wan_fields
 from manager.validate import parse_dataflow
 from runtime.operators.limits import OperatorLimits
-from sana.auth import Principal, check_topics
+from sana.auth import check_topics
 from sana import __version__
 from sana.exceptions import Forbidden, SanaError
 from sana.settings import Settings, get_settings
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _routes(app)
     app.include_router(routes_runtime.router, dependencies=[Depends(require_admin)])
     app.include_router(routes_wan.router, dependencies=[Depends(require_admin)])
+    app.include_router(routes_topics.router)  # each caller reads what api/visibility.py lets them
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -96,26 +98,8 @@ def get_manager(request: Request) -> Manager:
     return request.app.state.services.manager
 
 
-def get_principal(request: Request) -> Principal:
-    """Who calls: the principal of the bearer token (single-user mode: the admin ``local``); spends one
-    request of their budget (api/ratelimit.py)."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    principal = request.app.state.services.principals.authenticate(token.strip() if scheme.lower() == "bearer" else None)
-    request.app.state.rate_limiter.charge(principal, request.method)
-    return principal
-
-
-def require_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
-    if not principal.admin:
-        raise Forbidden(f"{principal.name!r} is a user; this needs an admin (it shows or changes every owner's work)")
-    return principal
-
-
 ServicesDep = Annotated[Services, Depends(get_services)]
 ManagerDep = Annotated[Manager, Depends(get_manager)]
-PrincipalDep = Annotated[Principal, Depends(get_principal)]
-AdminDep = Annotated[Principal, Depends(require_admin)]
 
 
 def _iso(timestamp: float) -> str:

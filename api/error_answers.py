@@ -19,7 +19,7 @@ from manager.exceptions import (DataflowDuplicate, DataflowInvalid, DataflowNotF
                                 ServiceFull, SinkTopicTaken, StateBusy, StateUnavailable)
 from planning.exceptions import QueryMalformed
 from runtime.exceptions import (BucketMoveInvalid, KeyedOperatorUnknown, OperatorConfigInvalid, OperatorUnknown,
-                                RuntimeFailure)
+                                RuntimeFailure, TailCursorInvalid, TopicNotFound)
 from sana.exceptions import Forbidden, SanaError, TopicForbidden, Unauthenticated
 from scheduler.exceptions import PlacementImpossible
 from wan.exceptions import WanError, WanNotConfigured
@@ -39,7 +39,7 @@ STATUS: dict[type[SanaError], int] = {
     # what it names
     DataflowInvalid: 422, SinkTopicTaken: 409, DataflowDuplicate: 409, DataflowNotFound: 404, LimitExceeded: 429,
     ServiceFull: 503, OperatorUnknown: 422, OperatorConfigInvalid: 422, PlacementImpossible: 422, QueryMalformed: 500,
-    WanError: 422, WanNotConfigured: 404,
+    WanError: 422, WanNotConfigured: 404, TopicNotFound: 404, TailCursorInvalid: 422,
     # the parts behind it
     StateUnavailable: 503, StateBusy: 503, DeployFailed: 502,
     RuntimeFailure: 502, KeyedOperatorUnknown: 404, BucketMoveInvalid: 422,

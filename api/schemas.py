@@ -176,3 +176,19 @@ class ErrorOut(BaseModel):
     detail: str
     code: str
     culprit: dict[str, Any] = {}
+
+
+class TopicRecordOut(BaseModel):
+    partition: int
+    offset: int
+    key: str | None = Field(description="The record's key as text (UTF-8), or null.")
+    headers: dict[str, str | None] = Field(description="Header name -> value as text; Sana's records carry sana.writer, "
+                                           "sana.run, sana.batch and sana.seq.")
+    value: Any = Field(description="The value parsed as JSON when it is JSON, else its text; null for a null value.")
+
+
+class TopicRecordsOut(BaseModel):
+    topic: str
+    records: list[TopicRecordOut] = Field(description="In offset order within each partition; replayed copies left "
+                                          "out unless raw (one record per sana.writer, sana.batch, sana.seq).")
+    next: str = Field(description="Where to continue: pass it back as ?cursor= to read what follows, nothing twice.")

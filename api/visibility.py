@@ -16,7 +16,10 @@ point of view instead, where the other owners' dataflows do not exist:
 * another owner's dataflow answers 404 ``DATAFLOW_NOT_FOUND`` exactly as a
   missing one does, so ids cannot be probed;
 * a cost tells no sharer count per task (``users`` and ``share`` are null);
-  its totals (``cost``, ``alone``, ``saved``) stay, as ``/stats`` counts do.
+  its totals (``cost``, ``alone``, ``saved``) stay, as ``/stats`` counts do;
+* a topic is read (``GET /topics/{topic}/records``) only if one of the
+  caller's dataflows reads it (a source) or writes it (a sink); any other
+  answers 404 ``TOPIC_NOT_FOUND`` whether it exists or not.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Any
 
 from manager.exceptions import DataflowNotFound
 from manager.service import SubmitResult
-from manager.state import State
+from manager.state import State, SubmittedDataflow
+from runtime.exceptions import TopicNotFound
 from sana.auth import Principal
 
 #: Submit answer fields that weigh every running task, whoever's: left out of a user's answer.
@@ -39,6 +43,20 @@ def check_visible(principal: Principal, owner: str | None, dataflow_id: str) -> 
     if principal.admin or owner == principal.name:
         return
     raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id})
+
+
+def check_topic_visible(principal: Principal, topic: str, state: State) -> None:
+    """Raise what a missing topic raises unless ``principal`` is an admin or one of their dataflows uses ``topic``."""
+    if principal.admin or any(flow.owner == principal.name and topic in dataflow_topics(flow)
+                              for flow in state.dataflows.values()):
+        return
+    raise TopicNotFound(f"no topic {topic!r} among the topics {principal.name!r}'s dataflows read or write",
+                        culprit={"topic": topic})
+
+
+def dataflow_topics(flow: SubmittedDataflow) -> set[str]:
+    """The topics ``flow``'s sources read and its sinks write, as submitted."""
+    return {task["config"]["topic"] for task in flow.document["tasks"] if task["type"] in ("source", "sink")}
 
 
 def submit_answer(principal: Principal, result: SubmitResult) -> dict[str, Any]:
