@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 
-EXIT_OK, EXIT_SERVER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+from api import cli_tail
+from api.exit_codes import EXIT_OK, EXIT_SERVER, EXIT_UNREACHABLE, EXIT_USAGE
 DEFAULT_API = "http://127.0.0.1:8000"
 
 
@@ -101,6 +102,15 @@ def _parser() -> argparse.ArgumentParser:
     cost.add_argument("id")
     cost.add_argument("--json", action="store_true")
     cost.set_defaults(handler=_cost)
+
+    tail = commands.add_parser("tail", help="print a topic's records as JSON lines, each once; Ctrl-C stops",
+                               description=cli_tail.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    tail.add_argument("topic")
+    tail.add_argument("-b", "--from-start", action="store_true", help="from the topic's first record (default: from now)")
+    tail.add_argument("-n", dest="count", type=int, metavar="N", help="stop after N records")
+    tail.add_argument("--raw", action="store_true", help="print every copy of a replayed record")
+    tail.add_argument("--headers", action="store_true", help="print whole records: partition, offset, key, headers, value")
+    tail.set_defaults(handler=cli_tail.tail)
 
     defrag = commands.add_parser("defrag", help="run queries linked by taps as one query (nothing lost or repeated)")
     defrag.add_argument("--json", action="store_true")
