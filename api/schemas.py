@@ -124,6 +124,7 @@ class StatsOut(BaseModel):
     saving_percent: float = Field(description="100 * (submitted - running) / submitted tasks.")
     sharing_histogram: dict[str, int] = Field(description="Number of dataflows using a task -> number of such tasks.")
     sharing: bool = Field(True, description="False when the service runs every dataflow alone (SANA_SHARING=false).")
+    wan_configured: bool = Field(False, description="Whether a WAN configuration is set (GET /wan answers 404 without one).")
 
 
 class CostFigures(BaseModel):
@@ -134,6 +135,7 @@ class CostFigures(BaseModel):
 
 class TaskCostOut(BaseModel):
     task: str = Field(description="Running task id.")
+    submitted: list[str] = Field([], description="The dataflow's own task ids (as submitted) this running task serves.")
     users: int | None = Field(description="Dataflows using the task; each is charged 1/users of it. "
                               "Null in a user's answer (they learn no sharer counts), as share is.")
     share: float | None

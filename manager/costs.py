@@ -11,7 +11,7 @@ the first seconds) every figure is zero and ``measured`` is False.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 METRICS = ("cpu_cores", "kafka_bytes_per_s", "state_bytes")
@@ -26,36 +26,40 @@ def _task_cost(measured: Mapping[str, Any] | None) -> dict[str, float]:
     return {metric: float(measured.get(metric) or 0.0) for metric in METRICS}
 
 
-def attribute(costs: Mapping[str, Any], tasks_of: Mapping[str, Collection[str]]) -> dict[str, Any]:
+def attribute(costs: Mapping[str, Any], tasks_of: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
     """Split the runtime's task costs among dataflows.
 
     ``costs`` is what the runtime measured (``tasks``: task id -> metrics);
-    ``tasks_of`` maps each dataflow id to the running task ids it uses.
+    ``tasks_of`` maps each dataflow id to its tasks: submitted task id -> the
+    running task id serving it. A row of a dataflow's ``tasks`` names the
+    running task (``task``) and the dataflow's own ids it serves (``submitted``).
 
     >>> costs = {"measured": True, "window_s": 30.0, "tasks": {
-    ...     "src": {"cpu_cores": 0.2, "kafka_bytes_per_s": 0, "state_bytes": 0},
-    ...     "agg": {"cpu_cores": 0.4, "kafka_bytes_per_s": 100.0, "state_bytes": 900}}}
-    >>> split = attribute(costs, {"df-1": ["src", "agg"], "df-2": ["src"]})
+    ...     "r1": {"cpu_cores": 0.2, "kafka_bytes_per_s": 0, "state_bytes": 0},
+    ...     "r2": {"cpu_cores": 0.4, "kafka_bytes_per_s": 100.0, "state_bytes": 900}}}
+    >>> split = attribute(costs, {"df-1": {"src": "r1", "agg": "r2"}, "df-2": {"in": "r1"}})
     >>> split["dataflows"]["df-1"]["cost"]["cpu_cores"], split["dataflows"]["df-2"]["cost"]["cpu_cores"]
     (0.5, 0.1)
     >>> split["dataflows"]["df-1"]["saved"]["cpu_cores"], split["total"]["cpu_cores"]
     (0.1, 0.6)
+    >>> [(row["task"], row["submitted"]) for row in split["dataflows"]["df-2"]["tasks"]]
+    [('r1', ['in'])]
     """
     measured_tasks = costs.get("tasks") or {}
     users: dict[str, list[str]] = {}
-    for dataflow_id, task_ids in tasks_of.items():
-        for task_id in set(task_ids):
+    for dataflow_id, tasks in tasks_of.items():
+        for task_id in set(tasks.values()):
             users.setdefault(task_id, []).append(dataflow_id)
     task_cost = {task_id: _task_cost(measured_tasks.get(task_id)) for task_id in users}
     dataflows = {}
-    for dataflow_id, task_ids in tasks_of.items():
+    for dataflow_id, tasks in tasks_of.items():
         cost, alone, rows = _zero(), _zero(), []
-        for task_id in sorted(set(task_ids)):
+        for task_id, submitted in sorted(_submitted_of(tasks).items()):
             full, sharers = task_cost[task_id], len(users[task_id])
             for metric in METRICS:
                 cost[metric] += full[metric] / sharers
                 alone[metric] += full[metric]
-            rows.append({"task": task_id, "users": sharers, "share": 1.0 / sharers,
+            rows.append({"task": task_id, "submitted": submitted, "users": sharers, "share": 1.0 / sharers,
                          **{metric: full[metric] / sharers for metric in METRICS}})
         dataflows[dataflow_id] = {
             "id": dataflow_id,
@@ -83,6 +87,14 @@ def attribute(costs: Mapping[str, Any], tasks_of: Mapping[str, Collection[str]])
         "unattributed": _rounded(unattributed),
         "dataflows": dataflows,
     }
+
+
+def _submitted_of(tasks: Mapping[str, str]) -> dict[str, list[str]]:
+    """Running task id -> the submitted task ids it serves (sorted): one running task may serve several."""
+    submitted: dict[str, list[str]] = {}
+    for task_id, running in sorted(tasks.items()):
+        submitted.setdefault(running, []).append(task_id)
+    return submitted
 
 
 def _rounded(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -246,8 +246,7 @@ class Manager:
     def costs(self) -> dict[str, Any]:
         """Every dataflow's share of the measured cost of the tasks it uses (:mod:`manager.costs`)."""
         state = self.snapshot()
-        return attribute(self.runtime.task_costs(),
-                         {flow.id: list(flow.tasks.values()) for flow in state.dataflows.values()})
+        return attribute(self.runtime.task_costs(), {flow.id: flow.tasks for flow in state.dataflows.values()})
 
     def cost(self, dataflow_id: str) -> dict[str, Any]:
         """One dataflow's cost: its shares, what it would cost alone, what sharing saves it."""
@@ -292,6 +291,7 @@ class Manager:
             "saving_percent": round(100.0 * (submitted - running) / submitted, 2) if submitted else 0.0,
             "sharing_histogram": {str(users): count for users, count in sorted(sharing.items())},
             "sharing": self.sharing,
+            "wan_configured": state.wan is not None,
         }
 
 

@@ -173,6 +173,8 @@ def test_cost_endpoints_split_tasks_among_users_and_measure_nothing_in_a_dry_run
     users = {row["task"]: (row["users"], row["share"]) for row in body["tasks"]}
     assert users == {a["tasks"]["src"]: (2, 0.5), a["tasks"]["hot"]: (2, 0.5), a["tasks"]["proj"]: (2, 0.5),
                      a["tasks"]["out"]: (1, 1.0)}
+    # each row names the running task and the ids the owner submitted for it
+    assert {row["task"]: row["submitted"] for row in body["tasks"]} == {running: [task] for task, running in a["tasks"].items()}
     everything = client.get("/costs").json()
     assert set(everything["dataflows"]) == {a["id"], b["id"]} and everything["measured"] is False
     missing = client.get("/dataflows/df-404/cost")

@@ -27,8 +27,10 @@ def client(settings_factory):
 def test_wan_configuration_round_trip_and_link_loads(client):
     assert client.get("/wan").status_code == 404
     assert client.get("/wan").json()["code"] == "WAN_NOT_CONFIGURED"
+    assert client.get("/stats").json()["wan_configured"] is False  # the inspector asks /wan only once it is true
     answer = client.put("/wan", content=json.dumps(WAN))
     assert answer.status_code == 200, answer.text
+    assert client.get("/stats").json()["wan_configured"] is True
     body = answer.json()
     assert [site["name"] for site in body["sites"]] == ["src", "P", "H2"]
     assert {(row["from"], row["to"]) for row in body["links"]} >= {("P", "H2"), ("H2", "P")}
@@ -52,6 +54,7 @@ def test_wan_configuration_round_trip_and_link_loads(client):
     bad = client.get("/wan/replacement", params={"utilization": 0})
     assert bad.status_code == 422 and "utilization" in bad.text
     assert client.delete("/wan").json() == {"configured": False}
+    assert client.get("/stats").json()["wan_configured"] is False
     assert client.get("/wan/links").status_code == 404
     assert client.get("/wan/replacement").status_code == 404
     assert client.post("/wan/replacement").status_code == 404
