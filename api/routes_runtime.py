@@ -1,8 +1,10 @@
 """Runtime endpoints for the inspector: per-fragment and per-query metrics of the Spark runtime.
 
 ``GET /runtime/fragments``: every running fragment with its query, status
-(``running`` or ``degraded``), input rows/s, batch duration, source lag per
-topic partition, state rows and per-worker load of its keyed operators.
+(``running`` or ``degraded``: its query is down or restarting, with Spark's
+``error`` and its ``restarts``), input rows/s, batch duration, source lag per
+topic partition (empty until the query reports progress), state rows and
+per-worker load of its keyed operators.
 ``GET /runtime/fragments/{id}``: one of them (404 if it does not run).
 ``GET /runtime/queries``: the Spark queries behind them (a query can host
 several fragments). Under ``--dry-run`` nothing runs: the lists are empty.

@@ -275,6 +275,7 @@ class SparkRuntime:
             keyed = {task_id: value for task_id, value in metrics["state"]["operators"].items() if task_id in tasks}
             fragments[fragment] = {
                 "fragment": fragment, "query": query_id, "status": status, "tasks": tasks,
+                "restarts": metrics["restarts"], "error": self.supervisor.degraded.get(query_id) or metrics["error"],
                 "input_rows_per_s": metrics.get("input_rows_per_s"),
                 "processed_rows_per_s": metrics.get("processed_rows_per_s"),
                 "batch_duration_ms": metrics.get("batch_duration_ms"),
