@@ -69,7 +69,7 @@ function renderStats(stats) {
     chart.append(svg("text", { x: 8, y: 20, class: "muted" }, "nothing runs"));
     return;
   }
-  const width = chart.clientWidth || 400, height = 140, bottom = 22, top = 14;
+  const width = chart.clientWidth || 400, height = chart.clientHeight || 140, bottom = 22, top = 14;
   const maxUsers = Math.max(...entries.map(([users]) => users));
   const maxCount = Math.max(...entries.map(([, count]) => count));
   const slot = (width - 20) / maxUsers;
@@ -112,6 +112,11 @@ function statusCell(flow) {
   return null;
 }
 
+// An id in a table cell: one line, ellipsized when long, the whole id in the title.
+function idCell(id, attrs = {}) {
+  return el("td", attrs, el("span", { class: "id", title: id }, id));
+}
+
 function renderDataflows(flows, costs) {
   const body = $("dataflow-rows");
   body.replaceChildren();
@@ -119,13 +124,13 @@ function renderDataflows(flows, costs) {
   for (const flow of flows) {
     const remove = el("button", { class: "remove", "data-id": flow.id, onclick: (event) => { event.stopPropagation(); removeDataflow(flow.id); } }, "remove");
     const row = el("tr", { "data-id": flow.id, class: flow.id === ui.selected ? "selected" : "", onclick: () => select(flow.id) },
-      el("td", {}, flow.id), el("td", {}, flow.name), el("td", {}, flow.owner || "–"),
-      el("td", {}, new Date(flow.submitted_at).toLocaleTimeString()), el("td", {}, Object.keys(flow.tasks).length),
+      idCell(flow.id), el("td", { class: "text" }, flow.name), el("td", { class: "text" }, flow.owner || "–"),
+      el("td", { class: "num" }, new Date(flow.submitted_at).toLocaleTimeString()), el("td", { class: "num" }, Object.keys(flow.tasks).length),
       statusCell(flow) || costCell(costs && costs.dataflows[flow.id], costs && costs.measured), el("td", {}, remove));
     body.append(row);
   }
   if (!flows.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No dataflow is submitted.")));
-  renderSelection();
+  renderSelection(costs);
 }
 
 async function select(id, toggle = true) {
@@ -137,15 +142,36 @@ async function select(id, toggle = true) {
   await refresh();
 }
 
-function renderSelection() {
+function renderSelection(costs) {
   const box = $("selection");
   const detail = ui.selected && ui.sinks[ui.selected];
+  $("task-costs").replaceChildren();
   if (!detail) {
     box.textContent = "Select a dataflow to highlight its tasks.";
     return;
   }
   const sinks = Object.entries(detail.sinks).map(([sink, target]) => `${sink} → topic ${target.topic}`).join("; ");
   box.textContent = `${detail.id} (${detail.name}): ${Object.keys(detail.tasks).length} tasks; sinks: ${sinks}`;
+  const cost = costs && costs.measured && costs.dataflows[detail.id];
+  if (cost) renderTaskCosts(cost, Object.keys(detail.tasks));
+}
+
+// The selected dataflow's share of each task, named by the ids its owner submitted (the running id in the title),
+// in the order of its document (``order``: the submitted ids).
+function renderTaskCosts(cost, order) {
+  const first = (row) => Math.min(...(row.submitted || []).map((task) => order.indexOf(task)));
+  const table = $("task-costs");
+  table.append(el("caption", {}, `${cost.id}: its share of each task (shared tasks cost each user 1/users)`),
+    el("thead", {}, el("tr", {}, el("th", {}, "task"), ...["users", "CPU cores", "Kafka writes", "state"].map((h) => el("th", { class: "num" }, h)))));
+  const kib = (bytes) => `${round(bytes / 1024, 1)} KiB`;
+  const body = el("tbody");
+  for (const row of [...cost.tasks].sort((a, b) => first(a) - first(b))) {
+    body.append(el("tr", { "data-task": row.task },
+      el("td", { class: "submitted text", title: `running task ${row.task}` }, (row.submitted || []).join(", ") || row.task),
+      el("td", { class: "num" }, row.users ?? "–"), el("td", { class: "num" }, round(row.cpu_cores, 3)),
+      el("td", { class: "num" }, `${kib(row.kafka_bytes_per_s)}/s`), el("td", { class: "num" }, kib(row.state_bytes))));
+  }
+  table.append(body);
 }
 
 async function removeDataflow(id) {
@@ -265,7 +291,7 @@ function renderDags(dags) {
     const { layer, row, layers } = layout(dag);
     const width = layers.length * (W + GX) + 20;
     const height = Math.max(...layers.map((ids) => ids.length)) * (H + GY) + 20;
-    const picture = svg("svg", { width, height, class: "dag-svg", "data-dag": dag.id });
+    const picture = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "dag-svg", "data-dag": dag.id });
     picture.append(svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
       svg("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#9ca3af" }))));
     const pos = (id) => ({ x: 10 + layer[id] * (W + GX), y: 10 + row[id] * (H + GY) });
@@ -312,36 +338,59 @@ function sparkline(values) {
 
 function totalLag(sourceLag) {
   let total = 0;
-  for (const partitions of Object.values(sourceLag || {})) for (const rows of Object.values(partitions)) total += Number(rows) || 0;
+  for (const partitions of Object.values(sourceLag)) for (const rows of Object.values(partitions)) total += Number(rows) || 0;
   return total;
 }
 
 function lagTitle(sourceLag) {
-  return Object.entries(sourceLag || {}).map(([topic, parts]) => `${topic}: ${Object.entries(parts).map(([p, n]) => `p${p}=${n}`).join(" ")}`).join("\n");
+  return Object.entries(sourceLag).map(([topic, parts]) => `${topic}: ${Object.entries(parts).map(([p, n]) => `p${p}=${n}`).join(" ")}`).join("\n");
+}
+
+// A query that is down measures no lag: its lag is unknown, not 0; nor is it before the query's first progress.
+function lagCell(fragment) {
+  const lag = fragment.source_lag || {};
+  if (fragment.status !== "running") return el("td", { class: "num lag muted", title: "its query is down: no lag is measured" }, "—");
+  if (!Object.keys(lag).length) return el("td", { class: "num lag muted", title: "no progress reported yet" }, "–");
+  return el("td", { class: "num lag", title: lagTitle(lag) }, totalLag(lag));
+}
+
+// Running; stalled (its query down or restarting, with Spark's error); or running with tasks quarantined at run time.
+function fragmentStatusCell(fragment, failed) {
+  if (fragment.status !== "running") {
+    const restarts = fragment.restarts ? ` (${fragment.restarts} restarts)` : "";
+    return el("td", { class: "status status-stalled", title: `its Spark query is down or restarting; it resumes from its checkpoint\n${fragment.error || ""}` },
+      `stalled${restarts}`);
+  }
+  const quarantined = (fragment.tasks || []).filter((task) => failed[task]);
+  if (!quarantined.length) return el("td", { class: "status" }, "running");
+  const names = quarantined.map((task) => failed[task]).join(", ");
+  return el("td", { class: "status status-failed", title: `taken out of the query at run time; the other tasks go on: ${names}` },
+    `failed: ${names}`);
 }
 
 function round(value, digits = 1) {
   return value === null || value === undefined ? "–" : Number(value).toFixed(digits);
 }
 
-function renderFragments(answer) {
+// ``failed``: running task id -> the submitted tasks it served ("df-3/predict"), for the tasks quarantined at run time.
+function renderFragments(answer, failed) {
   const box = $("fragment-body");
   box.replaceChildren();
   if (!answer.ok) { box.append("Runtime metrics are not available."); return; }
   const fragments = answer.body.fragments || [];
   if (answer.body.kind === "dry-run") { box.append("Dry run: nothing runs on Spark, so no fragment has metrics."); return; }
   if (!fragments.length) { box.append("No fragment runs."); return; }
-  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["fragment", "query", "status", "rows/s", "batch ms", "lag", "state rows", "rows/s, last minutes"].map((h) => el("th", {}, h)))));
+  const headings = [["fragment"], ["query"], ["status"], ["rows/s", "num"], ["batch ms", "num"], ["lag", "num"], ["state rows", "num"], ["rows/s, last minutes"]];
+  const table = el("table", {}, el("thead", {}, el("tr", {}, ...headings.map(([h, kind]) => el("th", kind ? { class: kind } : {}, h)))));
   const body = el("tbody");
   for (const fragment of fragments) {
     const history = (ui.history[fragment.fragment] ||= []);
     history.push(Number(fragment.input_rows_per_s || 0));
     if (history.length > 90) history.shift();
     body.append(el("tr", { "data-fragment": fragment.fragment, class: fragment.status === "running" ? "" : "degraded" },
-      el("td", {}, fragment.fragment), el("td", {}, fragment.query), el("td", {}, fragment.status),
-      el("td", {}, round(fragment.input_rows_per_s)), el("td", {}, round(fragment.batch_duration_ms, 0)),
-      el("td", { title: lagTitle(fragment.source_lag) }, totalLag(fragment.source_lag)), el("td", {}, fragment.state_rows ?? "–"),
-      el("td", {}, sparkline(history))));
+      idCell(fragment.fragment), idCell(fragment.query), fragmentStatusCell(fragment, failed),
+      el("td", { class: "num" }, round(fragment.input_rows_per_s)), el("td", { class: "num" }, round(fragment.batch_duration_ms, 0)),
+      lagCell(fragment), el("td", { class: "num" }, fragment.state_rows ?? "–"), el("td", {}, sparkline(history))));
   }
   table.append(body);
   box.append(table);
@@ -364,8 +413,8 @@ const WORKER_COLORS = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#
 
 // Rows each logical worker processed per micro-batch, one line per worker (the last HISTORY batches).
 function loadChart(history, groups) {
-  const width = 420, height = 120, pad = 4;
-  const picture = svg("svg", { width, height, class: "load-chart" });
+  const width = 420, height = 120, pad = 4;  // drawn in these units, stretched to the card's width
+  const picture = svg("svg", { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", class: "load-chart" });
   const workers = history.length ? history[0].length : 0;
   if (history.length < 2 || !workers) return picture;
   const max = Math.max(1, ...history.flat());
@@ -382,7 +431,33 @@ function loadChart(history, groups) {
   return picture;
 }
 
-function renderSkew(answer) {
+// Below this many rows per worker on average, a min/max ratio measures where a handful of keys hashed, not skew.
+const MIN_ROWS_PER_WORKER = 100;
+
+// The balance of an operator's rows over its workers (least loaded / most loaded); "idle" without rows, "—" with too few.
+function balance(loads) {
+  const total = loads.reduce((sum, value) => sum + value, 0);
+  if (!total) return { text: "idle", title: "no rows yet", measured: false };
+  if (total < MIN_ROWS_PER_WORKER * loads.length) {
+    return { text: "—", title: `${total} rows over ${loads.length} workers: too few to tell skew from chance`, measured: false };
+  }
+  return { text: (Math.min(...loads) / Math.max(...loads)).toFixed(2), title: "rows of the least loaded worker / the most loaded", measured: true };
+}
+
+function skewGroups(reshape, measured) {
+  const list = el("ul", { class: "skew-groups" });
+  for (const group of reshape.groups || []) {
+    const helpers = group.helpers.map((helper) => `${helper.worker} (${(100 * helper.fraction).toFixed(1)}%)`).join(", ");
+    const ratio = measured ? group.balance_ratio.toFixed(2) : "—";
+    list.append(el("li", { class: "skew-group", "data-skewed": group.skewed },
+      `worker ${group.skewed} → helpers ${helpers}: phase ${group.phase}, iteration ${group.iteration}, balance ratio ${ratio}`));
+  }
+  if (!(reshape.groups || []).length) list.append(el("li", { class: "muted" }, "no skewed worker"));
+  return list;
+}
+
+// ``names``: running task id -> the submitted tasks it serves ("df-2/avg").
+function renderSkew(answer, names) {
   const box = $("skew-body");
   box.replaceChildren();
   const operators = [];
@@ -391,30 +466,27 @@ function renderSkew(answer) {
   }
   if (!operators.length) { box.append("No keyed operator runs on Spark."); return; }
   box.append(el("p", { class: "muted" }, "Rows per logical worker and micro-batch (thick: a skewed worker and its helpers), total rows per worker, and Reshape's splits."));
+  const cards = el("div", { class: "skew-ops" });
   for (const [task, metrics] of operators) {
     const loads = (metrics.workers && metrics.workers.total_rows) || [];
     const total = loads.reduce((sum, value) => sum + value, 0);
-    const ratio = loads.length && Math.max(...loads) ? (Math.min(...loads) / Math.max(...loads)).toFixed(2) : "–";
+    const load = balance(loads);
     const reshape = metrics.reshape || { groups: [], load_history: [] };
     const state = reshape.enabled ? `Reshape on (split by ${reshape.split}; eta ${reshape.eta}, tau ${reshape.tau} in [${reshape.tau_range.join(", ")}])` : "Reshape off";
-    const groups = el("ul", { class: "skew-groups" });
-    for (const group of reshape.groups || []) {
-      const helpers = group.helpers.map((helper) => `${helper.worker} (${(100 * helper.fraction).toFixed(1)}%)`).join(", ");
-      groups.append(el("li", { class: "skew-group", "data-skewed": group.skewed },
-        `worker ${group.skewed} → helpers ${helpers}: phase ${group.phase}, iteration ${group.iteration}, balance ratio ${group.balance_ratio.toFixed(2)}`));
-    }
-    if (!(reshape.groups || []).length) groups.append(el("li", { class: "muted" }, "no skewed worker"));
-    box.append(el("div", { class: "skew-op", "data-task": task },
-      el("div", {}, `${task} (${metrics.operator}): ${loads.length} workers, ${total} rows, min/max load ${ratio}`),
+    cards.append(el("div", { class: "skew-op", "data-task": task },
+      el("h3", { title: `running task ${task}` }, `${(names[task] || [task]).join(", ")} (${metrics.operator})`),
+      el("div", {}, `${loads.length} workers, ${total} rows, min/max load `, el("span", { class: "balance", title: load.title }, load.text)),
       el("div", { class: "muted" }, `${state}; ${reshape.detections ?? 0} detection(s), ${reshape.iterations ?? 0} iteration(s), ${reshape.rollbacks ?? 0} rollback(s), ${metrics.moved_state_rows ?? 0} state rows moved`),
-      groups, loadChart(reshape.load_history || [], reshape.groups || []), bars(loads)));
+      skewGroups(reshape, load.measured), loadChart(reshape.load_history || [], reshape.groups || []), bars(loads)));
   }
+  box.append(cards);
 }
 
+// ``answer`` is null when the service has no WAN configuration (``/stats`` says so): ``/wan`` is not asked then.
 function renderWan(answer) {
   const box = $("wan-body");
   box.replaceChildren();
-  if (!answer.ok) { box.append("No WAN configuration: every equivalent task is shared."); return; }
+  if (!answer || !answer.ok) { box.append("No WAN configuration: every equivalent task is shared."); return; }
   const links = [...(answer.body.links || [])].sort((a, b) => (b.utilization || 0) - (a.utilization || 0));
   box.append(el("div", {}, `sites: ${(answer.body.sites || []).map((s) => s.name || s).join(", ")}`));
   const auto = answer.body.last_replacement;  // the service's own re-placement (``replacement`` configured)
@@ -481,12 +553,31 @@ async function replaceNow(button) {
 
 // ---- refresh loop ----------------------------------------------------------
 
+// Running task id -> the submitted tasks it serves, as "df-2/avg": what their owners call it.
+function taskNames(flows) {
+  const names = {};
+  for (const flow of flows) for (const [task, running] of Object.entries(flow.tasks)) (names[running] ||= []).push(`${flow.id}/${task}`);
+  return names;
+}
+
+// Running task id -> its submitted names, for the tasks quarantined at run time (a failed dataflow names its task).
+function failedTasks(flows, names) {
+  const failed = {};
+  for (const flow of flows) {
+    if (flow.status === "failed" && flow.failure) failed[flow.failure.running_task] = names[flow.failure.running_task].join(", ");
+  }
+  return failed;
+}
+
 async function refresh() {
   try {
-    const [health, stats, flows, running, fragments, wan, costs] = await Promise.all([
+    const [health, stats, flows, running, fragments, costs] = await Promise.all([
       getJson("/healthz"), getJson("/stats"), getJson("/dataflows"), getJson("/running"),
-      getJson("/runtime/fragments"), getJson("/wan"), getJson("/costs"),
+      getJson("/runtime/fragments"), getJson("/costs"),
     ]);
+    const wan = stats.ok && stats.body.wan_configured ? await getJson("/wan") : null;
+    const listed = flows.ok ? flows.body.dataflows : [];
+    const names = taskNames(listed);
     const badge = $("health");
     badge.textContent = health.body ? health.body.status : "unreachable";
     badge.className = `badge ${health.body ? health.body.status : "degraded"}`;
@@ -495,8 +586,8 @@ async function refresh() {
     if (stats.ok) renderStats(stats.body);
     if (flows.ok) renderDataflows(flows.body.dataflows, costs.ok ? costs.body : null);
     if (running.ok) renderDags(running.body.dags);
-    renderFragments(fragments);
-    renderSkew(fragments);
+    renderFragments(fragments, failedTasks(listed, names));
+    renderSkew(fragments, names);
     renderWan(wan);
     $("refreshed").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (error) {

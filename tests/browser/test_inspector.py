@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from tests.fixtures.services import ServerThread
 pytestmark = [pytest.mark.browser, pytest.mark.redis]
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
-DOCS = Path(__file__).parents[2] / "docs"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
@@ -59,7 +57,7 @@ def test_submit_see_graph_and_reuse_then_error_then_remove(page, tmp_path):
     # the new dataflow is selected: its tasks are highlighted, the others dimmed
     expect(page.locator("svg .node.highlight")).to_have_count(6)
     expect(page.locator("svg .node.dim")).to_have_count(4)
-    expect(page.locator("#selection")).to_contain_text("urban-stats-avg")
+    expect(page.locator("#selection")).to_contain_text("riot-stats-avg")
 
     bad = json.loads((EXAMPLES / "riot-etl.json").read_text())
     bad["tasks"][2]["config"]["expr"] = "valeu > 3"
@@ -76,8 +74,6 @@ def test_submit_see_graph_and_reuse_then_error_then_remove(page, tmp_path):
     expect(page.locator("tr.selected")).to_have_attribute("data-id", "df-1")  # ...and kept the selection
     expect(page.locator("svg .node.highlight")).to_have_count(6)
     page.screenshot(path=str(tmp_path / "inspector.png"), full_page=True)
-    if os.environ.get("SANA_DOCS_SCREENSHOT"):
-        page.screenshot(path=str(DOCS / "img" / "inspector.png"), full_page=True)
 
     page.click("button.remove[data-id='df-1']")
     expect(page.locator("#submit-result")).to_contain_text("Removed df-1; stopped 4 running task(s).")
@@ -153,7 +149,7 @@ def test_a_service_with_tokens_needs_one_and_the_inspector_sends_it(settings_fac
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"principals": [{"name": "ops", "role": "admin", "token_sha256": token_hash("ops-token")},
                                                  {"name": "ann", "role": "user", "token_sha256": token_hash("ann-token"),
-                                                  "read_topics": ["urban-*"], "write_topics": ["urban-*"]}]}))
+                                                  "read_topics": ["urban-*"], "write_topics": ["riot-*"]}]}))
     with ServerThread(create_app(settings_factory(tokens_file=tokens))) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
         try:
