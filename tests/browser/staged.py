@@ -138,7 +138,7 @@ def _keyed_metrics(spec: TaskSpec, rank: int) -> dict[str, Any]:
         reshape = {"detections": 1, "iterations": 1, "groups": groups}
     elif rank == 1:
         last = [0, 3, 0, 1, 0, 0, 2, 0]
-        history = [[int(worker in (1, 3, 6) and (batch + worker) % 4 == 0) for worker in range(WORKERS)]
+        history = [[int(worker in (1, 3, 6) and (batch + worker) % 10 == 0) for worker in range(WORKERS)]
                    for batch in range(HISTORY)]
         reshape = {"detections": 0, "iterations": 0, "groups": []}
     elif rank == 2:
