@@ -123,8 +123,10 @@ def test_sana_settings_all_have_a_value():
     """Helm values map one-to-one onto the settings: a new setting needs a value."""
     from sana.settings import Settings
 
-    # only `sana up` starts an embedded broker; fail points are for recovery tests, never a deployment
-    not_in_pod = {"SANA_EMBEDDED_KAFKA_PORT", "SANA_FAILPOINTS"}
+    # only `sana up` starts an embedded broker and Valkey and keeps their data (or not) in its data
+    # directory (in the chart they are StatefulSets on their own claims, values *.internal.persistence);
+    # fail points are for recovery tests, never a deployment
+    not_in_pod = {"SANA_EMBEDDED_KAFKA_PORT", "SANA_DATA_DIR", "SANA_EPHEMERAL", "SANA_FAILPOINTS"}
     settings = {f"SANA_{name.upper()}" for name in Settings.model_fields}
     assert settings - not_in_pod == SANA_SETTINGS_IN_POD, (
         f"settings without a chart value: {sorted(settings - not_in_pod - SANA_SETTINGS_IN_POD)}; "
