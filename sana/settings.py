@@ -125,10 +125,19 @@ class Settings(BaseSettings):
         description="WAN configuration file (docs/wan.md), applied at start when it differs from the stored one.",
     )
     run_dir: Path = Field(
-        Path(".sana/run"), description="Where `sana up` keeps the logs of its children."
+        Path(".sana/run"), description="Where `sana up` keeps the logs of its children, a folder per run."
+    )
+    data_dir: Path = Field(
+        Path(".sana/data"), description="Where `sana up` keeps the embedded broker's records and the embedded Valkey's "
+        "state across runs (`sana reset` deletes it)."
+    )
+    ephemeral: bool = Field(
+        False, description="`sana up` keeps nothing across runs: the embedded broker in memory, an embedded Valkey "
+        "without a file, the checkpoints in the run's folder (`sana up --ephemeral`)."
     )
     checkpoint_dir: Path = Field(
-        Path(".sana/checkpoints"), description="Where Spark queries keep their checkpoints."
+        Path(".sana/data/checkpoints"), description="Where Spark queries keep their checkpoints (the broker offsets they "
+        "have read: they belong with the broker's data)."
     )
 
     failpoints: str = Field(
