@@ -56,7 +56,7 @@ def measure(warmup_s: float, seconds: float) -> dict:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "SANA_API_PORT": str(port), "SANA_EMBEDDED_KAFKA_PORT": str(free_port()),
-           "SANA_STATE_PREFIX": f"demo-load-{uuid.uuid4().hex[:6]}", "SANA_RUN_DIR": str(run / "run"),
+           "SANA_STATE_PREFIX": f"demo-load-{uuid.uuid4().hex[:6]}", "SANA_RUN_DIR": str(run / "run"), "SANA_DATA_DIR": str(run / "data"),
            "SANA_CHECKPOINT_DIR": str(run / "checkpoints")}
     env.pop("SANA_KAFKA_BOOTSTRAP", None)
     examples = len(list((ROOT / "examples").glob("*.json")))

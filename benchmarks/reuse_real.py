@@ -72,7 +72,8 @@ class RealService:
         env.update(SANA_STATE_PREFIX=self.prefix, SANA_REDIS_URL=redis_url, SANA_SHARING="1" if sharing else "0",
                    SANA_SPARK_MASTER=master, SANA_TRIGGER_S=str(trigger_s),
                    SANA_KEYED_WORKERS=str(keyed_workers), SANA_EMBEDDED_KAFKA_PORT=str(self.broker_port),
-                   SANA_CHECKPOINT_DIR=str(run_dir / "checkpoints"), SANA_RUN_DIR=str(run_dir / "run"))
+                   SANA_CHECKPOINT_DIR=str(run_dir / "checkpoints"), SANA_RUN_DIR=str(run_dir / "run"),
+                   SANA_DATA_DIR=str(run_dir / "data"))
         self.log_path = run_dir / "sana-up.log"
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen([sys.executable, "-m", "api.cli", "up", "--port", str(self.port)], env=env,

@@ -143,7 +143,8 @@ class HttpTarget:
         self.dry_run = dry_run
         sana = Path(sys.executable).with_name("sana")
         self.command = [str(sana), "up", "--port", str(self.port)] + (["--dry-run"] if dry_run else [])
-        env = {**os.environ, "SANA_STATE_PREFIX": prefix, "SANA_REDIS_URL": redis_url, "SANA_RUN_DIR": str(run_dir)}
+        env = {**os.environ, "SANA_STATE_PREFIX": prefix, "SANA_REDIS_URL": redis_url, "SANA_RUN_DIR": str(run_dir),
+               "SANA_DATA_DIR": str(run_dir / "data")}
         if not dry_run:
             env.update(SANA_EMBEDDED_KAFKA_PORT=str(free_port()), SANA_SPARK_MASTER="local[2]",
                        SANA_CHECKPOINT_DIR=str(run_dir / "checkpoints"))
