@@ -1,6 +1,6 @@
 """Data-plane benchmarks of the Spark runtime (issue 4), on this machine.
 
-    .venv/bin/python -m benchmarks.runtime_dataplane [throughput hop post scale] [--quick]
+    .venv/bin/python -m benchmarks.runtime_dataplane [throughput hop post scale latency ceiling broker] [--quick]
 
 - ``throughput``: rows per second through a filter + select fragment (the
   runtime's own FragmentQuery over the sana_kafka source, a backlog of
@@ -14,8 +14,13 @@
 - ``scale``: 1, 10, 30 overlapping dataflows (one shared source, distinct
   filters): running queries, CPU (cores) and end-to-end latency, with the
   runtime's hosting and with one query per fragment (hosting off).
+- ``broker``: the embedded broker as ``sana up`` starts it, in memory and
+  durable (Tansu on the embedded SeaweedFS store), in one run: start-up and
+  restart times, records/s and CPU per record (client and broker side) to
+  produce and to consume, the ``throughput`` part's fragment on each, and
+  every record still there after a ``kill -9`` (benchmarks/broker_storage.py).
 
-Needs Redis at 127.0.0.1:6379; starts its own embedded broker. Prints one JSON
+Needs Redis at 127.0.0.1:6379 (not ``broker``); starts its own embedded broker. Prints one JSON
 document (also written to benchmarks/results/runtime_dataplane.json).
 """
 
@@ -30,6 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +58,11 @@ URBAN = {"sensor": "string", "temp": "double", "sent": "double", "ts": "timestam
 
 # -- measuring -----------------------------------------------------------------------------
 
-def _steady_state(query, rows: int, warmup_batches: int = 2) -> dict[str, Any]:
+def _steady_state(query, rows: int, warmup_batches: int = 2, broker_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
     """CPU and time per row over the batches after the first ``warmup_batches`` (the query's start, the Python
-    workers' and the generated code's first use are left out), until ``rows`` rows are processed in all."""
+    workers' and the generated code's first use are left out), until ``rows`` rows are processed in all.
+
+    With ``broker_cpu`` (CPU seconds of the broker's processes so far), also the broker's share of that CPU."""
     def done() -> tuple[int, int, float]:
         progress = [p for p in query.recentProgress if p["numInputRows"]]
         return (len(progress), sum(p["numInputRows"] for p in progress),
@@ -66,7 +74,7 @@ def _steady_state(query, rows: int, warmup_batches: int = 2) -> dict[str, Any]:
             raise query.exception()
         batches, processed, busy = done()
         if start is None and batches >= warmup_batches:
-            start = (process_tree_cpu_s(), processed, busy, batches)
+            start = (process_tree_cpu_s(), processed, busy, batches, broker_cpu() if broker_cpu else 0.0)
         if processed >= rows:
             break
         time.sleep(0.02)
@@ -74,8 +82,11 @@ def _steady_state(query, rows: int, warmup_batches: int = 2) -> dict[str, Any]:
         raise SystemExit(f"too few batches to measure after {warmup_batches} of warm-up: raise the rows")
     cpu = process_tree_cpu_s() - start[0]
     measured = processed - start[1]
-    return {"measured_rows": measured, "measured_batches": batches - start[3],
-            "rows_per_s_busy": round(measured / (busy - start[2])), "cpu_s_per_million_rows": round(cpu / measured * 1e6, 1)}
+    result = {"measured_rows": measured, "measured_batches": batches - start[3],
+              "rows_per_s_busy": round(measured / (busy - start[2])), "cpu_s_per_million_rows": round(cpu / measured * 1e6, 1)}
+    if broker_cpu is not None:  # the broker is a child of this process: its CPU is part of the tree's
+        result["broker_cpu_s_per_million_rows"] = round((broker_cpu() - start[4]) / measured * 1e6, 1)
+    return result
 
 
 def pct(values: list[float], q: float) -> float:
@@ -195,15 +206,34 @@ def tapping_flow(topic: str, quiet_topic: str, sink: str, threshold: int) -> dic
                     {"from": "both", "to": "out"}]}
 
 
+def backlog(bootstrap: str, topic: str, rows: int) -> None:
+    """``rows`` records of :func:`record` in ``topic``, all acknowledged."""
+    from runtime.broker import rdkafka
+
+    producer, failures = rdkafka.producer(bootstrap, **{"linger.ms": 50}), rdkafka.Failures()
+    sent = time.time()
+    for i in range(rows):
+        rdkafka.produce_one(producer, topic, json.dumps(record(i, sent)).encode(), None, failures)
+    rdkafka.flush(producer, 60)
+    assert not failures.records, "the backlog was not written"
+
+
 class Bench:
-    def __init__(self) -> None:
+    def __init__(self, broker: bool = True) -> None:
+        """With ``broker`` (every part but ``broker``, which starts its own): an in-memory embedded broker."""
         self.settings = Settings(embedded_kafka_port=int(os.environ.get("BENCH_KAFKA_PORT", "29092")))
         self.launcher = Launcher(self.settings, Path(tempfile.mkdtemp(prefix="sana-bench-")))
-        self.launcher.start_broker()
         self.bootstrap = self.settings.effective_kafka_bootstrap
         self.redis = redis.Redis()
         self.topics = Topics(self.bootstrap)
-        self.spark = spark_session(MASTER)
+        self.spark = None
+        try:
+            if broker:
+                self.launcher.start_broker()
+            self.spark = spark_session(MASTER)
+        except BaseException:
+            self.launcher.stop()
+            raise
 
     def close(self) -> None:
         self.topics.close()
@@ -231,14 +261,21 @@ class Bench:
 
     def throughput(self, rows: int) -> dict[str, Any]:
         topic, sink = self.topic("tp-in"), self.topic("tp-out")
-        from runtime.broker import rdkafka
+        backlog(self.bootstrap, topic, rows)
+        results = {}
+        for batch_rows in (20_000, 100_000):
+            results[f"kafka_fragment_max_{batch_rows}_per_batch"] = self.kafka_fragment(self.bootstrap, topic, sink, rows,
+                                                                                      batch_rows)
+        for batch_rows in (20_000, 100_000):
+            results[f"spark_rate_source_{batch_rows}_per_batch"] = self._rate_anchor(rows, sink, batch_rows)
+        return results
 
-        producer, failures = rdkafka.producer(self.bootstrap, **{"linger.ms": 50}), rdkafka.Failures()
-        sent = time.time()
-        for i in range(rows):
-            rdkafka.produce_one(producer, topic, json.dumps(record(i, sent)).encode(), None, failures)
-        rdkafka.flush(producer, 60)
-        assert not failures.records, "the backlog was not written"
+    def kafka_fragment(self, bootstrap: str, topic: str, sink: str, rows: int, batch_rows: int,
+                       broker_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
+        """The runtime's FragmentQuery (source, filter, select, sink) over a backlog of ``rows`` in ``topic`` on the
+        broker at ``bootstrap``, at most ``batch_rows`` per micro-batch."""
+        from runtime.broker.producer import BatchProducer
+
         tasks = [
             TaskSpec("src", "s", "source", {"topic": topic, "schema": URBAN}, None, (), "f", URBAN),
             TaskSpec("hot", "h", "filter", {"expr": "temp > 30"}, None, (("in", "src"),), "f", URBAN),
@@ -246,26 +283,19 @@ class Bench:
                      (("in", "hot"),), "f", {"sensor": "string", "f": "double", "ts": "timestamp"}),
             TaskSpec("out", "o", "sink", {"topic": sink}, None, (("in", "proj"),), "f", {"sensor": "string", "f": "double", "ts": "timestamp"}),
         ]
-        from runtime.broker.producer import BatchProducer
-
-        results = {}
-        for batch_rows in (20_000, 100_000):
-            query = FragmentQuery(self.spark, f"bench-{batch_rows}", {topic: {"0": 0}}, self.bootstrap,
-                                  Path(tempfile.mkdtemp()), 0.5, max_records_per_batch=batch_rows, producer=BatchProducer(self.bootstrap))
+        query = FragmentQuery(self.spark, f"bench-{batch_rows}-{uuid.uuid4().hex[:6]}", {topic: {"0": 0}}, bootstrap,
+                              Path(tempfile.mkdtemp()), 0.5, max_records_per_batch=batch_rows, producer=BatchProducer(bootstrap))
+        try:
             query.set_plan(LivePlan(1, tuple(tasks), {}, (("out", sink),), {t.id: t.schema for t in tasks}))
             wall0 = time.monotonic()
             query.start()
-            steady = _steady_state(query.query, rows)
+            steady = _steady_state(query.query, rows, broker_cpu=broker_cpu)
             wall = time.monotonic() - wall0
             progress = [p for p in query.query.recentProgress if p["numInputRows"]]
+        finally:
             query.close()
-            results[f"kafka_fragment_max_{batch_rows}_per_batch"] = {
-                "rows": rows, "batches": len(progress), "wall_s_incl_start": round(wall, 2), **steady,
-                "batch_ms_p50": round(statistics.median(p["durationMs"]["triggerExecution"] for p in progress)),
-            }
-        for batch_rows in (20_000, 100_000):
-            results[f"spark_rate_source_{batch_rows}_per_batch"] = self._rate_anchor(rows, sink, batch_rows)
-        return results
+        return {"rows": rows, "batches": len(progress), "wall_s_incl_start": round(wall, 2), **steady,
+                "batch_ms_p50": round(statistics.median(p["durationMs"]["triggerExecution"] for p in progress))}
 
     def _rate_anchor(self, rows: int, sink: str, batch_rows: int) -> dict[str, Any]:
         """Spark's ``rate`` source offering ``batch_rows`` per 0.5 s trigger, through the same query and writes."""
@@ -438,14 +468,15 @@ class Bench:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("parts", nargs="*", default=["throughput", "hop", "post", "scale", "latency", "ceiling"])
+    parser.add_argument("parts", nargs="*", default=["throughput", "hop", "post", "scale", "latency", "ceiling", "broker"])
     parser.add_argument("--trigger", type=float, default=1.0, help="latency, ceiling: the trigger interval (s)")
     parser.add_argument("--rates", default="1000,10000,50000", help="latency: comma-separated records/s")
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test of the script)")
     parser.add_argument("--counts", help="scale: comma-separated dataflow counts (default 1,10,30)")
     parser.add_argument("--modes", default="hosting,one_query_per_fragment", help="scale: which runtimes to compare")
+    parser.add_argument("--records", type=int, help="broker: records produced and consumed (default 200,000)")
     args = parser.parse_args()
-    bench = Bench()
+    bench = Bench(broker=any(part != "broker" for part in args.parts))
     out: dict[str, Any] = {"machine": {"cores": os.cpu_count(), "spark_master": MASTER}, "command": " ".join(sys.argv)}
     try:
         for part in args.parts:
@@ -464,6 +495,11 @@ def main() -> None:
             elif part == "scale":
                 counts = [int(n) for n in args.counts.split(",")] if args.counts else ([1, 3] if args.quick else [1, 10, 30])
                 out[part] = bench.scale(counts, 10 if args.quick else 20, 200, args.modes)
+            elif part == "broker":
+                from benchmarks.broker_storage import compare
+
+                records = args.records or (20_000 if args.quick else 200_000)
+                out[part] = compare(bench, records, fragment_rows=max(records, 100_000))
             print(f"{part}: {json.dumps(out[part])} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
     finally:
         bench.close()
