@@ -263,6 +263,18 @@ class FragmentQuery(Statement, Isolation):
                     raise QueryFailed(f"query {self.id}: a batch with an old plan still runs after {timeout_s:.0f} s")
                 self._cond.wait(min(remaining, 0.5))
 
+    def drain(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until no batch runs; whether none does. A batch may start right after: one
+        stopped before its commit is replayed with the same record names, so stopping then loses nothing."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._in_flight is not None and self.alive():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, 0.5))
+        return True
+
     # -- one micro-batch ----------------------------------------------------------
 
     def _batch(self, df: DataFrame, batch_id: int) -> None:

@@ -248,12 +248,11 @@ class SparkRuntime:
     def close(self) -> None:
         self._closing.set()
         with self._lock:
-            for query in self.queries.values():  # finish the batch in flight first: a clean stop
+            # Let the batch in flight finish first, so that fewer batches are replayed after the restart. The plan
+            # stays as it is: a batch that ran with less (an empty plan) would commit its input with nothing written.
+            for query in self.queries.values():
                 if query.alive():
-                    try:
-                        query.set_plan(LivePlan(self._next_version()), wait=True, timeout_s=15)
-                    except RuntimeFailure:
-                        pass
+                    query.drain(timeout_s=15)
             for query in self.queries.values():
                 query.close()
             self.queries.clear()
