@@ -105,7 +105,10 @@ class ObjectStore:
             f"-volume.port.grpc={volume_grpc}", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
             "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", "-s3.port.iceberg=0", "-s3.port.lance=0",
             # one master: a 10 s election after a crash only delays the restart
-            "-master.electionTimeout=1s", "-master.volumeSizeLimitMB=64", "-master.telemetry=false",
+            "-master.electionTimeout=1s", "-master.telemetry=false",
+            # 64 MB volumes, as many as the disk holds (the default of 8 fills after 64 MB of one bucket: each
+            # bucket takes 7 volumes as it starts)
+            "-master.volumeSizeLimitMB=64", "-volume.max=0",
             "-volume.preStopSeconds=0",
         ]
 
