@@ -7,4 +7,4 @@ settings object. The system itself lives in the top-level packages ``manager``,
 
 #: The one place the version is written: pyproject.toml, the API and the chart read it from here
 #: (tests/test_version.py checks the chart and the changelog agree).
-__version__ = "0.4.0"
+__version__ = "0.5.0"
