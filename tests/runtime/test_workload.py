@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from api.cli import main
+from api.launcher import EXAMPLES_DIR as EXAMPLES
 from tests.conftest import REDIS_URL
 from tests.fixtures.kafka_io import read_all, values, wait_for
 from tests.fixtures.services import SanaUp, free_port, sana_env
@@ -45,3 +46,31 @@ def test_up_demo_submits_the_examples(tmp_path, state_prefix):
         assert stats["running_tasks"] < stats["submitted_tasks"], "the examples share nothing"
     finally:
         assert service.terminate() == 0, service.output()
+
+
+@pytest.mark.redis
+def test_up_demo_twice_runs_each_example_once(tmp_path, state_prefix):
+    """``--demo``, Ctrl-C, ``--demo`` again on the kept state: the same dataflows, none submitted twice."""
+    examples = sorted(path.stem for path in EXAMPLES.glob("*.json"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = sana_env(SANA_STATE_PREFIX=state_prefix, SANA_REDIS_URL=REDIS_URL, SANA_DRY_RUN="1", SANA_RUN_DIR=str(tmp_path / "run"))
+
+    def demo(log: str) -> tuple[SanaUp, list[tuple[str, str]]]:
+        service = SanaUp(["--port", str(port), "--demo"], env, tmp_path / log)
+        service.wait_healthy(url)
+        wait_for(lambda: "% saved" in service.output(), 60, "the demo's summary line")
+        flows = httpx.get(f"{url}/dataflows", timeout=5).json()["dataflows"]
+        return service, sorted((flow["name"], flow["id"]) for flow in flows)
+
+    first, flows = demo("first.log")
+    assert first.terminate() == 0, first.output()
+    assert [name for name, _ in flows] == examples
+    again, flows_again = demo("second.log")
+    try:
+        assert flows_again == flows, "the second demo changed the dataflows"
+        output = again.output()
+        assert f"bringing back {len(examples)} submitted dataflow(s)" in output
+        assert output.count("already runs as") == len(examples) and "submitted riot" not in output
+    finally:
+        assert again.terminate() == 0, again.output()
