@@ -408,10 +408,11 @@ def _cost(args: argparse.Namespace) -> int:
              _figure("state_bytes", body[what]["state_bytes"])) for what in ("cost", "alone", "saved")]
     _print_table(("", "CPU", "KAFKA WRITES", "STATE"), rows)
     print()
-    tasks = [(task["task"], "-" if task.get("users") is None else str(task["users"]), _figure("cpu_cores", task["cpu_cores"]),
+    tasks = [(", ".join(task.get("submitted") or []) or "-", task["task"],
+              "-" if task.get("users") is None else str(task["users"]), _figure("cpu_cores", task["cpu_cores"]),
               _figure("kafka_bytes_per_s", task["kafka_bytes_per_s"]), _figure("state_bytes", task["state_bytes"]))
              for task in body["tasks"]]
-    _print_table(("RUNNING TASK", "USERS", "CPU SHARE", "KAFKA SHARE", "STATE SHARE"), tasks)
+    _print_table(("TASK", "RUNNING AS", "USERS", "CPU SHARE", "KAFKA SHARE", "STATE SHARE"), tasks)
     return EXIT_OK
 
 

@@ -87,7 +87,8 @@ def test_cost_prints_the_shares_or_says_nothing_is_measured(api_url):
     lines = done.stdout.splitlines()
     assert lines[0] == "df-1: nothing measured yet (a dry run measures nothing; a real runtime needs two samples, ~5 s)"
     assert lines[1].split() == ["CPU", "KAFKA", "WRITES", "STATE"]
-    assert [line.split()[:3] for line in lines if line.startswith(hot)] == [[hot, "2", "0.000"]]
+    assert [line.split()[:4] for line in lines if line.startswith("hot ")] == [["hot", hot, "2", "0.000"]], \
+        "a task row opens with the id the owner submitted, then the running task's"
     assert {row["users"] for row in json.loads(sana(api_url, "cost", "df-2", "--json").stdout)["tasks"]} == {1, 2}
     missing = sana(api_url, "cost", "df-404")
     assert missing.returncode == 1 and "404: no dataflow 'df-404'" in missing.stderr
