@@ -270,6 +270,10 @@ class Bench:
             results[f"spark_rate_source_{batch_rows}_per_batch"] = self._rate_anchor(rows, sink, batch_rows)
         return results
 
+    @staticmethod
+    def write_backlog(bootstrap: str, topic: str, rows: int) -> None:
+        backlog(bootstrap, topic, rows)
+
     def kafka_fragment(self, bootstrap: str, topic: str, sink: str, rows: int, batch_rows: int,
                        broker_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
         """The runtime's FragmentQuery (source, filter, select, sink) over a backlog of ``rows`` in ``topic`` on the
