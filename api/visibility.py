@@ -82,8 +82,7 @@ def removal_answer(principal: Principal, answer: dict[str, Any], removed_tasks: 
     """
     if principal.admin:
         return answer
-    still_own = {task for flow in state.dataflows.values() if flow.owner == owner for task in flow.tasks.values()}
-    released = sorted(removed_tasks - still_own)
+    released = sorted(task for task in removed_tasks if not state.uses(owner, task))  # no dataflow of theirs uses it now
     return {**answer, "terminated": released}
 
 

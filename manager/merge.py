@@ -299,10 +299,7 @@ def apply_merge(state: State, plan: MergePlan) -> None:
         state.add_task(spec, plan.new_task_dag[spec.id])
     for task_id, notes in plan.notes.items():
         state.not_shared[task_id] = list(notes)
-    flow = plan.dataflow
-    for task_id in flow.running_ids():
-        state.users[task_id].add(flow.id)
-    state.dataflows[flow.id] = flow
+    state.add_dataflow(plan.dataflow)
     state.next_dataflow = plan.next_dataflow
     state.next_dag = plan.next_dag
 
@@ -346,14 +343,11 @@ def plan_unmerge(state: State, dataflow_id: str) -> UnmergePlan:
 
 def apply_unmerge(state: State, plan: UnmergePlan) -> None:
     """Change ``state`` as ``plan`` says (after the runtime stopped the tasks)."""
-    flow = plan.dataflow
-    for task_id in flow.running_ids():
-        state.users[task_id].discard(flow.id)
+    state.drop_dataflow(plan.dataflow.id)
     for spec in plan.terminated:
         state.drop_task(spec.id)
     for task_id, dag in plan.splits.items():
         state.set_dag(task_id, dag)
-    del state.dataflows[flow.id]
     state.next_dag = plan.next_dag
 
 

@@ -71,8 +71,7 @@ class RemoveResult:
 
 def owned_among(state: State, owner: str | None, task_ids: set[str]) -> frozenset[str]:
     """Those of the running ``task_ids`` that some dataflow of ``owner`` uses in ``state``."""
-    return frozenset(task for task in task_ids
-                     if any(state.dataflows[flow].owner == owner for flow in state.users.get(task, ())))
+    return frozenset(task for task in task_ids if state.uses(owner, task))
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,7 @@ class Limits:
                                 culprit={"limit": "SANA_MAX_TASKS_PER_DATAFLOW"})
 
     def check_owner(self, state: State, owner: str | None) -> None:
-        owned = sum(1 for flow in state.dataflows.values() if flow.owner == owner)
+        owned = state.owned.get(owner, 0)
         if owned >= self.dataflows_per_owner:
             raise LimitExceeded(f"owner {owner!r} has {owned} dataflows; at most {self.dataflows_per_owner} "
                                 "(SANA_MAX_DATAFLOWS_PER_OWNER): remove one first",
@@ -103,7 +102,7 @@ class Limits:
                               f"at most {self.running_tasks} (SANA_MAX_RUNNING_TASKS)",
                               culprit={"limit": "SANA_MAX_RUNNING_TASKS"})
         # A query hosts one fragment or more, so fragments bound the queries whatever the runtime hosts together.
-        fragments = {task.fragment for task in new_tasks} - set(state.fragments)
+        fragments = {task.fragment for task in new_tasks if task.fragment not in state.fragments}
         if len(state.fragments) + len(fragments) > self.queries:
             raise ServiceFull(f"the service runs {len(state.fragments)} fragments (each up to one Spark query) and this "
                               f"dataflow needs {len(fragments)} more; at most {self.queries} (SANA_MAX_QUERIES)",

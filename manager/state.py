@@ -75,7 +75,11 @@ class State:
     - ``not_shared``: running task -> the refused shares that made it start;
     - ``quarantined``: running tasks that failed at run time, and those reading
       them (runtime.quarantine): offered to no new dataflow, which gets tasks
-      of its own instead. Set from the runtime before a plan; not stored.
+      of its own instead. Set from the runtime before a plan; not stored;
+    - ``owned``: owner -> how many dataflows it has submitted; ``owner_users``:
+      running task id -> owner -> how many of its users that owner submitted
+      (so limits and answers per owner cost a lookup, not a scan of every
+      dataflow). Both follow :meth:`add_dataflow` and :meth:`drop_dataflow`.
     """
 
     dataflows: dict[str, SubmittedDataflow] = field(default_factory=dict)
@@ -94,6 +98,8 @@ class State:
     link_load: dict[tuple[str, str], float] = field(default_factory=dict)
     not_shared: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     quarantined: set[str] = field(default_factory=set)
+    owned: dict[str | None, int] = field(default_factory=dict)
+    owner_users: dict[str, dict[str | None, int]] = field(default_factory=dict)
     next_dataflow: int = 1
     next_dag: int = 1
     version: int = 0
@@ -135,6 +141,7 @@ class State:
         self.arrivals.pop(task_id, None)
         self.not_shared.pop(task_id, None)
         del self.users[task_id]
+        self.owner_users.pop(task_id, None)
         self.children.pop(task_id, None)
         for _, parent in task.inputs:
             if parent in self.children:
@@ -153,6 +160,40 @@ class State:
         if not self.dag_members[dag]:
             del self.dag_members[dag]
         return task
+
+    def add_dataflow(self, flow: SubmittedDataflow) -> None:
+        """Record a submitted dataflow as a user of its running tasks (which must be running)."""
+        self.dataflows[flow.id] = flow
+        self.owned[flow.owner] = self.owned.get(flow.owner, 0) + 1
+        for task_id in flow.running_ids():
+            self.users[task_id].add(flow.id)
+            owners = self.owner_users.setdefault(task_id, {})
+            owners[flow.owner] = owners.get(flow.owner, 0) + 1
+
+    def drop_dataflow(self, dataflow_id: str) -> SubmittedDataflow:
+        """Forget a submitted dataflow and its uses of running tasks (the tasks stay)."""
+        flow = self.dataflows.pop(dataflow_id)
+        left = self.owned[flow.owner] - 1
+        if left:
+            self.owned[flow.owner] = left
+        else:
+            del self.owned[flow.owner]
+        for task_id in flow.running_ids():
+            self.users[task_id].discard(flow.id)
+            owners = self.owner_users.get(task_id)
+            if owners is not None:
+                count = owners.get(flow.owner, 0) - 1
+                if count > 0:
+                    owners[flow.owner] = count
+                else:
+                    owners.pop(flow.owner, None)
+                    if not owners:
+                        del self.owner_users[task_id]
+        return flow
+
+    def uses(self, owner: str | None, task_id: str) -> bool:
+        """Whether a dataflow of ``owner`` uses running task ``task_id``."""
+        return self.owner_users.get(task_id, {}).get(owner, 0) > 0
 
     def set_dag(self, task_id: str, dag: str) -> None:
         old = self.dag_of.get(task_id)

@@ -155,11 +155,10 @@ class Store:
             state.add_task(spec, dag.decode())
         for raw in flows.values():
             flow = SubmittedDataflow.from_dict(json.loads(raw))
-            state.dataflows[flow.id] = flow
             for task_id in flow.running_ids():
                 if task_id not in state.users:
                     raise StateCorrupt(f"dataflow {flow.id!r} maps onto {task_id!r}, which is not running")
-                state.users[task_id].add(flow.id)
+            state.add_dataflow(flow)
         for key, value in notes.items():
             task_id = key.decode()
             if task_id not in state.tasks:

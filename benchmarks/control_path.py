@@ -1,0 +1,179 @@
+"""The control path at scale (issue 34, item 1): does a submit or a remove cost more with more running dataflows?
+
+In process (``Manager`` + ``DryRunRuntime`` on the real Redis, limits raised out of the way), for each level N
+of running dataflows (RIoTBench-style, ``benchmarks.riot``, one owner) it fills up to N and then submits a fresh
+dataflow and removes it at once, ``--probes`` times, timing both calls (the level stays N). Per level it reports
+submit and remove p50/p99, the Redis round trips and the bytes sent to Redis per submit and per remove (counted on
+the client's connections), the manager's RSS and Redis's used memory.
+
+``--profile`` prints the top of a cProfile of the probes at the last level.
+
+    .venv/bin/python -m benchmarks.control_path --levels 1000,10000 --probes 300
+    .venv/bin/python -m benchmarks.control_path --levels 1000,10000 --probes 300 --out benchmarks/results/control-path-after.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import pstats
+import resource
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from benchmarks.measure import summary
+from benchmarks.riot import riot_dataflow
+from benchmarks.targets import delete_prefix, redis_client
+from manager.results import Limits
+from manager.service import Manager
+from manager.validate import parse_dataflow
+from runtime.dryrun import DryRunRuntime
+
+PROBE_BASE = 1_000_000
+WARMUP_BASE = 2_000_000
+UNLIMITED = Limits(tasks_per_dataflow=200, dataflows_per_owner=10**9, running_tasks=10**9, queries=10**9)
+
+
+class Wire:
+    """Counts round trips (packed sends) and bytes sent on every redis-py connection of this process."""
+
+    def __init__(self) -> None:
+        self.trips = 0
+        self.sent = 0
+        self._original = redis.connection.AbstractConnection.send_packed_command
+        wire = self
+
+        def counted(connection, command, check_health=True):
+            wire.trips += 1
+            wire.sent += sum(len(part) for part in command) if isinstance(command, list) else len(command)
+            return wire._original(connection, command, check_health)
+
+        redis.connection.AbstractConnection.send_packed_command = counted
+
+    def read(self) -> tuple[int, int]:
+        return self.trips, self.sent
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+class GcPauses:
+    """Durations of the collector's full (generation 2) collections while it is entered."""
+
+    def __init__(self) -> None:
+        self.full_ms: list[float] = []
+        self._start = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.full_ms.append((time.perf_counter() - self._start) * 1000)
+
+    def __enter__(self) -> "GcPauses":
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+def probe(manager: Manager, wire: Wire, flows: list[Any]) -> dict[str, Any]:
+    submit_ms, remove_ms, submit_trips, remove_trips, submit_bytes, remove_bytes = [], [], [], [], [], []
+    pauses = GcPauses()
+    with pauses:
+        for flow in flows:
+            trips, sent = wire.read()
+            start = time.perf_counter()
+            result = manager.submit_validated(flow)
+            middle = time.perf_counter()
+            trips_mid, sent_mid = wire.read()
+            manager.remove(result.id)
+            end = time.perf_counter()
+            trips_end, sent_end = wire.read()
+            submit_ms.append((middle - start) * 1000)
+            remove_ms.append((end - middle) * 1000)
+            submit_trips.append(trips_mid - trips)
+            remove_trips.append(trips_end - trips_mid)
+            submit_bytes.append(sent_mid - sent)
+            remove_bytes.append(sent_end - sent_mid)
+    return {
+        "submit_ms": summary(submit_ms),
+        "remove_ms": summary(remove_ms),
+        "submit_redis_round_trips": max(submit_trips),
+        "remove_redis_round_trips": max(remove_trips),
+        "submit_bytes_to_redis_p50": sorted(submit_bytes)[len(submit_bytes) // 2],
+        "remove_bytes_to_redis_p50": sorted(remove_bytes)[len(remove_bytes) // 2],
+        "gc_full_collections": len(pauses.full_ms),
+        "gc_full_ms_max": round(max(pauses.full_ms, default=0.0), 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", default="1000,10000")
+    parser.add_argument("--probes", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--profile", action="store_true", help="cProfile the probes at the last level")
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    levels = [int(level) for level in args.levels.split(",")]
+    wire = Wire()
+    client = redis_client(args.redis_url)
+    prefix = f"bench-{uuid.uuid4().hex[:12]}"
+    manager = Manager(client, prefix, DryRunRuntime(client, prefix), limits=UNLIMITED)
+    manager.start()
+    probes = [parse_dataflow(riot_dataflow(PROBE_BASE + number, args.seed)) for number in range(args.probes)]
+    out: dict[str, Any] = {"command": "python -m benchmarks.control_path " + " ".join(argv or __import__("sys").argv[1:]),
+                           "levels": []}
+    try:
+        for number in range(30):
+            manager.remove(manager.submit_validated(parse_dataflow(riot_dataflow(WARMUP_BASE + number, args.seed))).id)
+        running = 0
+        for index, level in enumerate(levels):
+            fill_start = time.monotonic()
+            for number in range(running, level):
+                manager.submit_validated(parse_dataflow(riot_dataflow(number, args.seed)))
+            fill_s = time.monotonic() - fill_start
+            running = level
+            gc.collect()
+            profiler = cProfile.Profile() if args.profile and index == len(levels) - 1 else None
+            if profiler:
+                profiler.enable()
+            result = probe(manager, wire, probes)
+            if profiler:
+                profiler.disable()
+                text = io.StringIO()
+                pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+                print(text.getvalue())
+            stats = manager.stats()
+            row = {"running_dataflows": level, "running_tasks": stats["running_tasks"],
+                   "fill_s": round(fill_s, 1), **result, "manager_rss_mib": _rss_mib(),
+                   "redis_used_memory_mib": round(client.info("memory")["used_memory"] / 2**20, 1)}
+            out["levels"].append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        manager.close()
+        delete_prefix(client, prefix)
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
