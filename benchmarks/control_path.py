@@ -28,6 +28,7 @@ from typing import Any
 
 import redis
 
+from benchmarks.breakdown import bridging_documents
 from benchmarks.measure import summary
 from benchmarks.riot import riot_dataflow
 from benchmarks.targets import delete_prefix, redis_client
@@ -123,12 +124,30 @@ def probe(manager: Manager, wire: Wire, flows: list[Any]) -> dict[str, Any]:
     }
 
 
+def edge_cases(manager: Manager, documents: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Submit+remove of dataflows whose plans touch a whole running DAG (``benchmarks.breakdown.bridging_documents``)."""
+    out = {}
+    for kind, docs in documents.items():
+        submit_ms, remove_ms = [], []
+        for document in docs:
+            flow = parse_dataflow(document)
+            start = time.perf_counter()
+            result = manager.submit_validated(flow)
+            middle = time.perf_counter()
+            manager.remove(result.id)
+            submit_ms.append((middle - start) * 1000)
+            remove_ms.append((time.perf_counter() - middle) * 1000)
+        out[kind] = {"submit_ms": summary(submit_ms), "remove_ms": summary(remove_ms)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1000,10000")
     parser.add_argument("--probes", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--edge-cases", type=int, default=0, help="DAG-wide submit+removes per kind per level (0: none)")
     parser.add_argument("--profile", action="store_true", help="cProfile the probes at the last level")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
@@ -161,10 +180,13 @@ def main(argv: list[str] | None = None) -> int:
                 text = io.StringIO()
                 pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
                 print(text.getvalue())
+            edges = edge_cases(manager, bridging_documents(args.edge_cases, args.seed)) if args.edge_cases else None
             stats = manager.stats()
             row = {"running_dataflows": level, "running_tasks": stats["running_tasks"],
                    "fill_s": round(fill_s, 1), **result, "manager_rss_mib": _rss_mib(),
                    "redis_used_memory_mib": round(client.info("memory")["used_memory"] / 2**20, 1)}
+            if edges:
+                row["edge_cases"] = edges
             out["levels"].append(row)
             print(json.dumps(row), flush=True)
     finally:

@@ -328,9 +328,11 @@ def plan_unmerge(state: State, dataflow_id: str) -> UnmergePlan:
         border = {parent for task_id in doomed_here for _, parent in state.tasks[task_id].inputs} - doomed
         if len(border) <= 1 or len({_root(state, task_id) for task_id in border}) == 1:
             continue
-        remaining = state.dag_members[dag] - doomed
-        components = sorted(_components(state, remaining), key=lambda members: (-len(members), min(members)))
-        for members in components[1:]:
+        split_off = _split_off(state, border, doomed, len(state.dag_members[dag]) - len(doomed_here))
+        if split_off is None:  # the search could not tell which part is the largest: look at the whole DAG
+            remaining = state.dag_members[dag] - doomed
+            split_off = sorted(_components(state, remaining), key=lambda members: (-len(members), min(members)))[1:]
+        for members in split_off:
             new_id = f"dag-{next_dag}"
             next_dag += 1
             splits.update({task_id: new_id for task_id in members})
@@ -374,6 +376,74 @@ def _root(state: State, task_id: str) -> str:
     while state.tasks[task_id].inputs:
         task_id = state.tasks[task_id].inputs[0][1]
     return task_id
+
+
+def _split_off(state: State, border: set[str], doomed: set[str], size: int) -> list[set[str]] | None:
+    """The parts of a DAG that a removal cuts off its largest part, largest first (ties by smallest member).
+
+    What remains of the DAG (``size`` tasks outside ``doomed``) is searched from every ``border`` task at
+    once, one task at a time per search: searches that meet join, and a search that runs out of tasks
+    has found a whole part. Every remaining part holds a border task (``doomed`` holds the children of
+    each of its tasks), so the search stops as soon as all but one search joined or finished: when the
+    DAG holds together that costs the distance between the border tasks, when it splits the size of
+    the parts cut off, not of the DAG. None when the part left unexplored is not the strictly largest
+    (then the caller looks at the whole DAG, as the ids of the parts depend on every member).
+    """
+    leader: dict[int, int] = {}
+    groups: dict[int, tuple[list[str], set[str]]] = {}  # a search's index -> (its frontier, the tasks it reached)
+    seen: dict[str, int] = {}
+    for index, task_id in enumerate(sorted(border)):
+        leader[index] = index
+        groups[index] = ([task_id], {task_id})
+        seen[task_id] = index
+
+    def find(index: int) -> int:
+        while leader[index] != index:
+            leader[index] = leader[leader[index]]
+            index = leader[index]
+        return index
+
+    finished: list[set[str]] = []
+    while len(groups) > 1:
+        for index in list(groups):
+            if index not in groups or len(groups) == 1:
+                continue
+            frontier, reached = groups[index]
+            if not frontier:
+                finished.append(reached)
+                del groups[index]
+                continue
+            task_id = frontier.pop()
+            neighbours = [parent for _, parent in state.tasks[task_id].inputs]
+            neighbours.extend(state.children.get(task_id, ()))
+            for other in neighbours:
+                if other in doomed:
+                    continue
+                found = seen.get(other)
+                if found is None:
+                    seen[other] = index
+                    reached.add(other)
+                    frontier.append(other)
+                    continue
+                found = find(found)
+                if found == index:
+                    continue
+                their_frontier, their_reached = groups.pop(found)
+                leader[found] = index
+                if len(their_reached) > len(reached):  # the larger set takes the smaller one
+                    their_reached |= reached
+                    their_frontier.extend(frontier)
+                    frontier, reached = their_frontier, their_reached
+                else:
+                    reached |= their_reached
+                    frontier.extend(their_frontier)
+                groups[index] = (frontier, reached)
+    if not finished:
+        return []
+    left = size - sum(len(part) for part in finished)
+    if left <= max(len(part) for part in finished):
+        return None
+    return sorted(finished, key=lambda members: (-len(members), min(members)))
 
 
 def _components(state: State, members: set[str]) -> list[set[str]]:
