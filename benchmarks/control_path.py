@@ -28,7 +28,9 @@ from typing import Any
 
 import redis
 
-from benchmarks.breakdown import bridging_documents
+import os
+
+from benchmarks.breakdown import bridging_documents, phase_breakdown
 from benchmarks.measure import summary
 from benchmarks.riot import riot_dataflow
 from benchmarks.targets import delete_prefix, redis_client
@@ -148,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--edge-cases", type=int, default=0, help="DAG-wide submit+removes per kind per level (0: none)")
+    parser.add_argument("--breakdown", type=int, default=0,
+                        help="at the last level, time each step of this many more probes (benchmarks.breakdown)")
     parser.add_argument("--profile", action="store_true", help="cProfile the probes at the last level")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
@@ -187,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
                    "redis_used_memory_mib": round(client.info("memory")["used_memory"] / 2**20, 1)}
             if edges:
                 row["edge_cases"] = edges
+            row["loadavg_1min"] = round(os.getloadavg()[0], 2)
+            if args.breakdown and index == len(levels) - 1:
+                steps = phase_breakdown(manager, [riot_dataflow(PROBE_BASE + number, args.seed) for number in range(args.breakdown)])
+                row["breakdown"] = {op: {phase: {key: stats[key] for key in ("p50", "p99", "max")}
+                                         for phase, stats in steps[op].items()} for op in ("submit", "remove")}
             out["levels"].append(row)
             print(json.dumps(row), flush=True)
     finally:
