@@ -94,6 +94,9 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
                                                  f"{', '.join(sorted({link for row in moved for link in row['links']}))}")
     started = {spec.id for spec in change.start}
     seeds = {task: source for task, source in seeds.items() if task in started and source in state.tasks}
+    for task in started:  # restarted only with its fragment: it continues its own state
+        if state.tasks.get(task) == work.tasks[task]:
+            seeds.setdefault(task, task)
     report = {"threshold": threshold, "hot_links": hot, "dataflows": dataflows, "planned": "together",
               "left_out": list(failed), "executed": False,
               "start": sorted(started), "stop": sorted(spec.id for spec in change.stop)}
@@ -144,9 +147,15 @@ def _replan(state: State, order: list[str], links: Mapping[str, list[str]], meas
 
 
 def running_change(before: State, after: State, reason: str) -> Change:
-    """The change from ``before``'s running tasks to ``after``'s: a task whose spec differs stops and starts."""
-    gone = [task_id for task_id, spec in before.tasks.items() if after.tasks.get(task_id) != spec]
-    new = {task_id: spec for task_id, spec in after.tasks.items() if before.tasks.get(task_id) != spec}
+    """The change from ``before``'s running tasks to ``after``'s: a task whose spec differs stops and starts, and so
+    does every task of a fragment one of them starts in. A fragment runs as one query, and a task that starts again
+    (handed state or not) starts in a new query; a re-planned task can keep its id and its fragment's id while its
+    children in that fragment stay as they were, so they go with it (and continue their own state: the seeds)."""
+    changed = {task_id for task_id, spec in after.tasks.items() if before.tasks.get(task_id) != spec}
+    touched = {after.tasks[task_id].fragment for task_id in changed}
+    restarted = changed | {task_id for task_id, spec in after.tasks.items() if spec.fragment in touched}
+    gone = [task_id for task_id, spec in before.tasks.items() if after.tasks.get(task_id) != spec or task_id in restarted]
+    new = {task_id: after.tasks[task_id] for task_id in restarted}
     stop = [before.tasks[task_id] for task_id in reversed(parents_first({t: before.tasks[t] for t in gone}))]
     start = [new[task_id] for task_id in parents_first(new)]
     return Change(start=tuple(start), stop=tuple(stop), reason=reason)

@@ -161,7 +161,12 @@ def test_traces_keep_the_wan_invariants(case):
 def test_with_ample_bandwidth_the_running_set_is_the_optimum(case):
     def both(state, submitted):
         check_wan_state(state, submitted)
-        check_state(state, submitted)  # the manager issue's invariants, unchanged: one task per signature
+        # Since issue 33 a dataflow may be planned privately (its own source reader and tasks) when that is more
+        # than 1.1x faster by mean latency at the same throughput, ample bandwidth or not; then equivalent tasks
+        # run twice, which the manager issue's "one task per signature" forbids. Without one, it holds as before.
+        readers = [task.signature for task in state.tasks.values() if not task.inputs]
+        if len(readers) == len(set(readers)):
+            check_state(state, submitted)  # the manager issue's invariants, unchanged: one task per signature
         assert not state.not_shared
 
     _run(case, both)
@@ -185,8 +190,13 @@ def test_re_placement_after_links_thin_keeps_the_invariants_and_the_ids(case, sc
         assert done["dataflows"] == planned["dataflows"] and done["executed"] is True
         check_wan_state(manager.state, submitted)
         assert runtime.deployed() == {tid: task.fragment for tid, task in manager.state.tasks.items()}
-        assert set(done["start"]) == {t for t, spec in manager.state.tasks.items() if before.tasks.get(t) != spec}
-        assert set(done["stop"]) == {t for t, spec in before.tasks.items() if manager.state.tasks.get(t) != spec}
+        changed = {t for t, spec in manager.state.tasks.items() if before.tasks.get(t) != spec}
+        touched = {manager.state.tasks[t].fragment for t in changed}
+        # what changed starts again, with every task of a fragment it starts in (a fragment is one query)
+        restarted = changed | {t for t, spec in manager.state.tasks.items() if spec.fragment in touched}
+        assert set(done["start"]) == restarted
+        assert set(done["stop"]) == {t for t, spec in before.tasks.items() if manager.state.tasks.get(t) != spec} | (
+            restarted & set(before.tasks))
         kept_fragments = {spec.fragment for t, spec in manager.state.tasks.items() if t not in done["start"]}
         for task_id, source in done.get("hand_over", {}).get("seeded_from", {}).items():
             assert manager.state.tasks[task_id].signature == before.tasks[source].signature
