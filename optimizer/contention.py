@@ -10,20 +10,17 @@ The model is built from what the optimizer knows: each task's site, its
 inputs and its estimated (or measured) output rate. A task's output is
 linear in its inputs, with the factor its rates give (output over the sum
 of its inputs). A query's throughput is the rate of its sources that its
-sinks receive; a sink is a task nothing reads; its latency is the simulator's (:func:`wan.flow.path_latency_ms`:
-link latencies plus queueing at the utilization the plan leads to). Load the monitor sees on a
+sinks receive; a sink is a task nothing reads. Load the monitor sees on a
 link beyond what the running tasks' streams explain (measured traffic of
 other kinds) is taken off the link's capacity.
 """
 
 from __future__ import annotations
 
-import math
-
 from collections.abc import Iterable, Mapping, Sequence
 
 from planning.model import QueryPlan, QueryTask, RunningTask
-from wan.flow import FlowTask, max_min_throttles, path_latency_ms, source_vectors, stream_crossings
+from wan.flow import FlowTask, max_min_throttles, source_vectors, stream_crossings
 from wan.monitor import WanMonitor
 
 
@@ -82,12 +79,6 @@ class Contention:
 
     def delivered(self, query: Sequence[QueryTask], plan: QueryPlan, scale: float = 1.0) -> float:
         """:func:`delivered_mbps` of ``plan`` on this running set."""
-        return self.weigh(query, plan, scale)[0]
-
-    def weigh(self, query: Sequence[QueryTask], plan: QueryPlan, scale: float = 1.0) -> tuple[float, float]:
-        """What ``plan`` would deliver on this running set (:meth:`delivered`), and the mean latency (ms) of
-        every sink of the running set and of the query: the longest source-to-sink path of link latencies and
-        queueing at the links' utilization (this traffic and the other)."""
         rates, shape = dict(self.rates), dict(self.shape)
         by_id = {task.id: task for task in query}
         mapping: dict[str, str] = {}
@@ -112,20 +103,12 @@ class Contention:
         sources = [task_id for task_id, task in tasks.items() if not task.inputs]
         throttle = max_min_throttles(coefficients, capacities, sources)
         read = {parent for task in tasks.values() for parent in task.inputs}
-        sinks = [task_id for task_id, task in tasks.items() if task_id not in read and task.inputs]
-        total = sum((tasks[source].demand_mbps * throttle[source] for sink in sinks for source in vectors[sink]), 0.0)
-        utilization: dict[tuple[str, str], tuple[float, float]] = {}
-        for link, coefficient in coefficients.items():
-            capacity = self.wan.capacity(*link)
-            load = sum(rate * throttle[source] for source, rate in coefficient.items())
-            load += scale * self.background.get(link, 0.0)
-            utilization[link] = (min(1.0, load / capacity) if capacity > 0 else 1.0, capacity)
-        if any(capacity <= 0 for _, capacity in utilization.values()):
-            return round(total, 9), math.inf  # a stream between sites no link joins
-        memo: dict[str, float] = {}
-        latencies = [path_latency_ms(sink, tasks, self.wan.config, utilization, memo=memo) for sink in sinks]
-        latency = sum(latencies) / len(latencies) if latencies else 0.0
-        return round(total, 9), round(latency, 9)
+        total = 0.0
+        for task_id, task in tasks.items():
+            if task_id in read or not task.inputs:
+                continue
+            total += sum(tasks[source].demand_mbps * throttle[source] for source in vectors[task_id])
+        return round(total, 9)
 
 
 def _flow_tasks(rates: Mapping[str, float], shape: Mapping[str, tuple[str, tuple[str, ...]]],

@@ -25,7 +25,7 @@ from typing import Any
 from optimizer.admission import admit
 from optimizer.contention import Contention
 from planning.model import (SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningTask, RunningView,
-                            VertexAdmission, Weighing, criterion_differs)
+                            VertexAdmission, Weighing)
 from optimizer.opportunities import find_opportunities
 from optimizer.rates import with_rates
 from planning.context import PlanContext
@@ -122,17 +122,13 @@ def admit_shares(
     shared output) contend too, and the refusal adds load instead of taking
     it off. Algorithm 2's placement, which sees the bandwidth admitted shares
     reserve, can likewise crowd a link that taking every share would leave
-    alone. And sharing a reader whose stream crosses a slow link lets one
-    throttle slow every query reading it. So the query is also placed taking
-    every share, bandwidth unchecked, and privately (its own source readers
-    and tasks, sharing nothing running: :meth:`PlanningOptions.private`, as
-    NET plans), and the three plans are weighed (:func:`standing`,
-    :func:`choose`): the one under which the running set and the query would
-    deliver more, by the flow model (:mod:`optimizer.contention`), wins; on a
-    tie, the one more than 1.1x faster by mean latency, then the one adding
+    alone. So the query is also placed taking every share, bandwidth
+    unchecked, and the two plans are weighed (:func:`standing`): the one
+    under which the running set and the query would deliver more, by the
+    flow model (:mod:`optimizer.contention`), wins; on a tie, the one adding
     less WAN traffic, then the one pressing the WAN less (:func:`pressure`).
-    Algorithm 1's plan is kept unless another is strictly better; when
-    taking every share wins, its refusals are reported as ``overruled``
+    Algorithm 1's plan is kept unless taking every share is strictly better;
+    otherwise its refusals are reported as ``overruled``
     (``PlanningOptions.weigh_refusals``; docs/wan.md, "Why Sana lost to
     Max-Share").
 
@@ -150,19 +146,12 @@ def admit_shares(
     if not (options.bandwidth_checks and options.weigh_refusals):
         return trial.admissions()
     sharing_trial, sharing = _try(query, running, wan, replace(options, bandwidth_checks=False), {}, forced)
-    private_trial, private = _try(query, running, wan, options.private(), {}, forced)
     contention = Contention(running.running_tasks(), wan, options.router)
-    standings = {"algorithm 1": _standing(plan, query, contention, wan),
-                 "every share": _standing(sharing, query, contention, wan),
-                 "private": _standing(private, query, contention, wan)}
-    kept = choose(standings)
-    weighing = Weighing(kept, standings["algorithm 1"], standings["every share"], standings["private"])
-    if kept == "every share":
+    every_share, algorithm_1 = _standing(sharing, query, contention, wan), _standing(plan, query, contention, wan)
+    if every_share < algorithm_1:
         return sharing_trial.admissions(compared=trial.compared, skipped=trial.skipped, overruled=tuple(plan.refusals),
-                                        weighing=weighing)
-    if kept == "private":
-        return private_trial.admissions(compared=trial.compared, skipped=trial.skipped, weighing=weighing)
-    return trial.admissions(weighing=weighing)
+                                        weighing=Weighing("every share", algorithm_1, every_share))
+    return trial.admissions(weighing=Weighing("algorithm 1", algorithm_1, every_share))
 
 
 def plan_query(
@@ -201,8 +190,7 @@ def standing(plan: QueryPlan, query: Sequence[QueryTask], running: Sequence[Runn
     """How good ``plan`` is on the WAN, lower is better. First what the sinks of the running set and of the
     query would receive with it (:func:`optimizer.contention.delivered_mbps`, negated), at today's rates and
     then at :data:`HEADROOM` times them (a plan that still delivers when traffic grows leaves room for the
-    queries to come); then the mean latency of those sinks at today's rates (of two plans that deliver the
-    same, the faster one); then the Mbps it adds to the WAN; then :func:`pressure`. Rounded, so that plans that
+    queries to come); then the Mbps it adds to the WAN; then :func:`pressure`. Rounded, so that plans that
     do the same compare equal.
 
     >>> from planning.model import Decision
@@ -213,36 +201,15 @@ def standing(plan: QueryPlan, query: Sequence[QueryTask], running: Sequence[Runn
     ...          QueryTask("k", "sig-k", "sink", (("in", "s"),), rate_mbps=20.0, site="b"))
     >>> plan = QueryPlan({"s": Decision("s", "create", "a", "source"), "k": Decision("k", "create", "b", "pinned")},
     ...                  link_delta={("a", "b"): 20.0})
-    >>> standing(plan, query, (), monitor, router=True)   # all 20 Mbps arrive; of 40, 30; 5 ms and queueing at 2/3
-    (-20.0, -30.0, 22.067, 20.0, 0.666666667, 0.0)
+    >>> standing(plan, query, (), monitor, router=True)   # all 20 Mbps arrive; of 40, 30
+    (-20.0, -30.0, 20.0, 0.666666667, 0.0)
     """
     return _standing(plan, query, Contention(running, wan, router), wan)
 
 
 def _standing(plan: QueryPlan, query: Sequence[QueryTask], contention: Contention, wan: WanMonitor) -> tuple[float, ...]:
-    delivered, latency = contention.weigh(query, plan)
-    at_headroom = contention.delivered(query, plan, HEADROOM)
-    return (-round(delivered, 6), -round(at_headroom, 6), round(latency, 3), round(sum(plan.link_delta.values()), 6),
-            *pressure(plan, wan))
-
-
-def choose(standings: Mapping[str, tuple[float, ...]]) -> str:
-    """The plan to keep, by :func:`standing` (lower is better; the first listed wins a tie): the most delivered
-    today, then at :data:`HEADROOM`; among those, the ones whose mean latency is within
-    :data:`planning.model.LATENCY_TOLERANCE` of the lowest; among those, the least by the rest of the standing.
-
-    >>> choose({"algorithm 1": (-10.0, -10.0, 100.0, 5.0), "every share": (-10.0, -10.0, 105.0, 3.0),
-    ...         "private": (-10.0, -10.0, 50.0, 9.0)})
-    'private'
-    >>> choose({"algorithm 1": (-10.0, -10.0, 100.0, 5.0), "every share": (-10.0, -10.0, 105.0, 3.0)})
-    'every share'
-    """
-    names = list(standings)
-    top = min(standings[name][:2] for name in names)
-    names = [name for name in names if standings[name][:2] == top]
-    fastest = min(standings[name][2] for name in names)
-    names = [name for name in names if not criterion_differs("mean_latency_ms", standings[name][2], fastest)]
-    return min(names, key=lambda name: standings[name][3:])
+    delivered = (-round(contention.delivered(query, plan, scale), 6) for scale in (1.0, HEADROOM))
+    return (*delivered, round(sum(plan.link_delta.values()), 6), *pressure(plan, wan))
 
 
 def pressure(plan: QueryPlan, wan: WanMonitor) -> tuple[float, float]:

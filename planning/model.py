@@ -12,7 +12,7 @@ numbers. Between the two stages, Algorithm 1's answer for a vertex is a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -86,7 +86,6 @@ class PlanningOptions:
     - ``weigh_refusals``: keep Algorithm 1's plan only when the flow model
       says taking every share would not deliver more
       (:func:`optimizer.planner.admit_shares`); off, Algorithm 1 as printed.
-      The private plan (:meth:`private`) is weighed too.
     """
 
     share_sources: bool = True
@@ -99,16 +98,6 @@ class PlanningOptions:
     @property
     def router(self) -> bool:
         return self.share_in
-
-    def private(self) -> PlanningOptions:
-        """The switches of a plan that shares nothing running: its own source readers, its own tasks, no
-        bandwidth checks (nothing to admit); routers and placement as before. NET is ``PlanningOptions(
-        share_in=False).private()`` (``wan_sim.policies``); the weighing plans a query this way too.
-
-        >>> SANA.private().share_sources, SANA.private().share_inop, SANA.private().router
-        (False, False, True)
-        """
-        return replace(self, share_sources=False, share_inop=False, bandwidth_checks=False)
 
 
 SANA = PlanningOptions()
@@ -213,72 +202,35 @@ class Crossing:
 
 
 #: What :func:`optimizer.planner.standing` compares, in order (its first two are negated there: lower is better).
-WEIGHING_CRITERIA = ("delivered_mbps", "delivered_mbps_at_headroom", "mean_latency_ms", "added_mbps",
-                     "peak_utilization", "mbps_beyond_spare")
-
-
-LATENCY_TOLERANCE = 1.1
-"""Mean latencies within this factor of each other count as equal in the weighing (the issue-33 bar: within
-1.1x of the better baseline). Without it a few milliseconds of propagation would decide against sharing
-wherever bandwidth is ample, and with it the WAN saving sharing is for."""
-
-
-def criterion_differs(name: str, a: float, b: float) -> bool:
-    """Whether two plans' values of criterion ``name`` (:data:`WEIGHING_CRITERIA`) tell them apart.
-
-    >>> criterion_differs("mean_latency_ms", 100.0, 109.0), criterion_differs("mean_latency_ms", 100.0, 111.0)
-    (False, True)
-    """
-    if name == "mean_latency_ms":
-        return max(a, b) > LATENCY_TOLERANCE * min(a, b) + 1e-6
-    return a != b
+WEIGHING_CRITERIA = ("delivered_mbps", "delivered_mbps_at_headroom", "added_mbps", "peak_utilization",
+                     "mbps_beyond_spare")
 
 
 @dataclass(frozen=True)
 class Weighing:
-    """How a query's plans stood (:func:`optimizer.planner.standing`, lower is better): Algorithm 1's, the one
-    taking every share and the private one (sharing nothing running; None when not weighed). ``kept`` names
-    the plan placed; ``deciding`` the first criterion of :data:`WEIGHING_CRITERIA` on which it differs from
-    the best of the others (None: they tie, and the first of Algorithm 1's, every share's, private's is kept).
-    Mean latencies within :data:`LATENCY_TOLERANCE` of each other tie.
+    """How a query's two plans stood (:func:`optimizer.planner.standing`, lower is better): Algorithm 1's and
+    the one taking every share. ``kept`` names the plan placed; ``deciding`` the first criterion of
+    :data:`WEIGHING_CRITERIA` on which they differ (None: they tie, and Algorithm 1's is kept).
 
-    >>> Weighing("every share", (-10.0, -12.0, 90.0, 8.0, 1.0, 0.0), (-12.0, -12.0, 90.0, 8.0, 1.0, 0.0)).to_dict()["deciding"]
+    >>> Weighing("every share", (-10.0, -12.0, 8.0, 1.0, 0.0), (-12.0, -12.0, 8.0, 1.0, 0.0)).to_dict()["deciding"]
     'delivered_mbps'
-    >>> Weighing("private", (-12.0, -12.0, 90.0, 8.0, 1.0, 0.0), (-12.0, -12.0, 95.0, 8.0, 1.0, 0.0),
-    ...          (-12.0, -12.0, 60.0, 9.0, 1.0, 0.0)).deciding
-    'mean_latency_ms'
     """
 
     kept: str
     algorithm_1: tuple[float, ...]
     every_share: tuple[float, ...]
-    private: tuple[float, ...] | None = None
-
-    @property
-    def standings(self) -> dict[str, tuple[float, ...]]:
-        result = {"algorithm 1": self.algorithm_1, "every share": self.every_share}
-        if self.private is not None:
-            result["private"] = self.private
-        return result
 
     @property
     def deciding(self) -> str | None:
-        standings = self.standings
-        kept = standings[self.kept]
-        best_other = min(standing for name, standing in standings.items() if name != self.kept)
-        return next((name for name, a, b in zip(WEIGHING_CRITERIA, kept, best_other) if criterion_differs(name, a, b)),
-                    None)
+        return next((name for name, a, b in zip(WEIGHING_CRITERIA, self.algorithm_1, self.every_share) if a != b), None)
 
     def to_dict(self) -> dict[str, Any]:
         def named(standing: tuple[float, ...]) -> dict[str, float]:
-            return {name: (-value or 0.0) if name.startswith("delivered") else (value if value != float("inf") else None)
+            return {name: (-value or 0.0) if name.startswith("delivered") else value
                     for name, value in zip(WEIGHING_CRITERIA, standing)}
 
-        result = {"kept": self.kept, "deciding": self.deciding, "algorithm_1": named(self.algorithm_1),
-                  "every_share": named(self.every_share)}
-        if self.private is not None:
-            result["private"] = named(self.private)
-        return result
+        return {"kept": self.kept, "deciding": self.deciding, "algorithm_1": named(self.algorithm_1),
+                "every_share": named(self.every_share)}
 
 
 @dataclass(frozen=True)

@@ -307,29 +307,11 @@ def solve(
 def _latency(query: FlowQuery, tasks: Mapping[str, FlowTask], wan: WanConfig,
              utilization: Mapping[tuple[str, str], tuple[float, float]], model: LatencyModel) -> float:
     memo: dict[str, float] = {}
-    return max((path_latency_ms(sink, tasks, wan, utilization, model, memo) for sink in query.sinks), default=0.0)
 
-
-def path_latency_ms(task_id: str, tasks: Mapping[str, FlowTask], wan: WanConfig,
-                    utilization: Mapping[tuple[str, str], tuple[float, float]], model: LatencyModel = LatencyModel(),
-                    memo: dict[str, float] | None = None) -> float:
-    """The longest path from a source to ``task_id``: operator delays plus, per WAN hop, the link's latency and
-    its queueing delay at ``utilization[(src, dst)] = (utilization, capacity)`` (a link not listed: idle).
-    ``memo`` may be shared between calls on the same tasks. The simulator's latency, and the weighing's
-    (:mod:`optimizer.contention`).
-
-    >>> from wan.topology import parse_wan_config
-    >>> wan = parse_wan_config({"sites": ["x", "y"], "links": [{"from": "x", "to": "y", "bandwidth_mbps": 10, "latency_ms": 20}]})
-    >>> tasks = {"s": FlowTask("s", "x"), "k": FlowTask("k", "y", ("s",), delay_ms=1)}
-    >>> path_latency_ms("k", tasks, wan, {})
-    21.0
-    """
-    memo = {} if memo is None else memo
-
-    def reach(current: str) -> float:
-        if current in memo:
-            return memo[current]
-        task = tasks[current]
+    def reach(task_id: str) -> float:
+        if task_id in memo:
+            return memo[task_id]
+        task = tasks[task_id]
         best = 0.0
         for parent in task.inputs:
             hop = 0.0
@@ -339,10 +321,10 @@ def path_latency_ms(task_id: str, tasks: Mapping[str, FlowTask], wan: WanConfig,
                 used, capacity = utilization.get((producer.site, task.site), (0.0, link.bandwidth_mbps))
                 hop = link.latency_ms + model.queue_ms(used, capacity)
             best = max(best, reach(parent) + hop)
-        memo[current] = best + task.delay_ms
-        return memo[current]
+        memo[task_id] = best + task.delay_ms
+        return memo[task_id]
 
-    return reach(task_id)
+    return max((reach(sink) for sink in query.sinks), default=0.0)
 
 
 def _r(value: float) -> float:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from planning.model import SANA, PlanningOptions
 from wan_sim.exceptions import PolicyUnknown
 
-_NONE = PlanningOptions(share_in=False).private()  # the private plan Sana weighs too, without routers
+_NONE = PlanningOptions(share_sources=False, share_inop=False, share_in=False, bandwidth_checks=False)
 
 POLICIES: dict[str, PlanningOptions] = {
     "default": PlanningOptions(share_sources=False, share_inop=False, share_in=False, bandwidth_checks=False, wan_placement=False),

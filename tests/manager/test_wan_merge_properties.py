@@ -161,12 +161,7 @@ def test_traces_keep_the_wan_invariants(case):
 def test_with_ample_bandwidth_the_running_set_is_the_optimum(case):
     def both(state, submitted):
         check_wan_state(state, submitted)
-        # Since issue 33 a dataflow may be planned privately (its own source reader and tasks) when that is more
-        # than 1.1x faster by mean latency at the same throughput, ample bandwidth or not; then equivalent tasks
-        # run twice, which the manager issue's "one task per signature" forbids. Without one, it holds as before.
-        readers = [task.signature for task in state.tasks.values() if not task.inputs]
-        if len(readers) == len(set(readers)):
-            check_state(state, submitted)  # the manager issue's invariants, unchanged: one task per signature
+        check_state(state, submitted)  # the manager issue's invariants, unchanged: one task per signature
         assert not state.not_shared
 
     _run(case, both)

@@ -42,19 +42,6 @@ THREE_SITES = {**WAN, "sites": [*WAN["sites"], "H3"],
                                         {"from": "H2", "to": "H3", "bandwidth_mbps": 100, "latency_ms": 20}]}
 
 
-def slow_direct(config: dict, latency_ms: float = 200.0) -> dict:
-    """``config`` with src -> H2 and src -> H3 slower (200 ms), so that reading the filter at P over P -> H2 is
-    also the faster path for a dataflow at H2. Since issue 33 the planner weighs a private plan (its own reader
-    of urban at src, its own filter) and prefers the lower mean latency when the throughputs tie: with 30 ms on
-    src -> H2 and src -> H3, src -> H2 or src -> H3 -> H2 beat src -> P -> H2 (10 + 20 ms and queueing on the
-    5 Mbps link), and these tests, which need the share to exist first, would never see it."""
-    config = json.loads(json.dumps(config))
-    for link in config["links"]:
-        if (link["from"], link["to"]) in (("src", "H2"), ("src", "H3")):
-            link["latency_ms"] = latency_ms
-    return config
-
-
 def hot(sink_topic: str, home: str, name: str) -> dict:
     sink = task("out", "sink", topic=sink_topic)
     sink["site"] = home
@@ -166,7 +153,7 @@ class MeasuringRuntime(DryRunRuntime):
 def test_measured_traffic_replaces_the_estimates_in_the_links_and_in_the_decisions(redis_client, state_prefix):
     """The filter is estimated at 8 Mbps (P -> H2 has 5 spare: refused), but the runtime measures it writing
     2 Mbps towards H3: a query wanting it at H2 shares it, and /wan/links shows the measured load."""
-    three = slow_direct(THREE_SITES)
+    three = json.loads(json.dumps(THREE_SITES))
     first_document = hot("a", "H3", "one")
     first_document["tasks"][1]["site"] = "P"
     for prefix, written in ((f"{state_prefix}:control", {}), (state_prefix, None)):
@@ -197,10 +184,7 @@ def test_measured_traffic_replaces_the_estimates_in_the_links_and_in_the_decisio
     assert second.placement["hot"]["rule"] == "IN-OP"
     runtime.written = {}
     third = made.submit(hot("c", "H2", "three"))  # nothing measured: the estimate stands, P -> H2 cannot take 8
-    # The running filter already reaches H2, so Algorithm 1 shares it anyway; but with the estimate P -> H2 is
-    # over capacity (8 on 5), and the private plan (own reader of urban, own filter at H2 over src -> H2)
-    # delivers more to the sinks in all: issue 33 keeps it.
-    assert third.reused == [] and third.sites["hot"] == "H2"
+    assert third.reused == ["src", "hot"], "the running filter already reaches H2, so it is shared anyway"
     check_wan_state(made.state, {first.id: first_document, second.id: hot("b", "H2", "two"), third.id: hot("c", "H2", "three")})
 
 
@@ -212,7 +196,7 @@ def planned_unsharing(redis_client, state_prefix):
     """The filter at P is shared towards H2 while the runtime measures it at 2 Mbps (P -> H2 has 5). When it is
     measured at 6 Mbps the link is over capacity: re-placement would give the dataflow at H2 its own filter at
     H2 (reading the raw stream over src -> H2), and leave the other dataflow alone. Nothing changes meanwhile."""
-    three = slow_direct(THREE_SITES)
+    three = json.loads(json.dumps(THREE_SITES))
     runtime = MeasuringRuntime(redis_client, state_prefix)
     made = Manager(redis_client, state_prefix, runtime)
     made.start()
@@ -276,7 +260,7 @@ def two_over_the_hot_link(redis_client, state_prefix):
     runtime = MeasuringRuntime(redis_client, state_prefix)
     made = Manager(redis_client, state_prefix, runtime)
     made.start()
-    made.set_wan(slow_direct(THREE_SITES))
+    made.set_wan(json.loads(json.dumps(THREE_SITES)))
     first_document = hot("a", "H3", "one")
     first_document["tasks"][1]["site"] = "P"
     first = made.submit(first_document)
@@ -316,7 +300,8 @@ def failing_for(dataflow_id: str, task_name: str):
 
 def test_a_dataflow_that_cannot_be_planned_again_stays_as_it_is(redis_client, state_prefix, monkeypatch):
     """Planning the third dataflow again fails (no site could take a task): it is reported with its error and
-    left as it is, and the second is planned again without it."""
+    left as it is, and the second is planned again without it. Beside the third's stream over P -> H2 the
+    second shares the filter at P again (its stream reaches H2 for the third anyway), so nothing changes."""
     made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
     monkeypatch.setattr(replacement, "plan_merge", failing_for(third.id, "hot"))
     before = dict(made.state.tasks)
@@ -324,18 +309,15 @@ def test_a_dataflow_that_cannot_be_planned_again_stays_as_it_is(redis_client, st
     rows = {row["dataflow"]: row for row in plan["dataflows"]}
     assert set(rows) == {second.id, third.id} and plan["planned"] == "together" and plan["left_out"] == [third.id]
     assert rows[third.id]["moves"] == [] and rows[third.id]["error"]["culprit"] == {"task": "hot"}
-    # Before issue 33 the second shared the filter at P again (its stream reaches H2 for the third anyway) and
-    # nothing changed. Now its private plan is weighed too: its own reader of urban and its own filter at H2,
-    # away from the saturated P -> H2 (whose backpressure throttles the shared reader), which delivers more.
-    moves = {move["task"]: move for move in rows[second.id]["moves"]}
-    assert "error" not in rows[second.id] and moves["hot"]["to"]["site"] == "H2" and moves["hot"]["to"]["new"] is True
-    assert first.tasks["hot"] not in plan["stop"] and third.tasks["hot"] not in plan["stop"]
-    assert made.state.tasks == before  # a plan only
+    assert rows[second.id]["moves"] == [] and "error" not in rows[second.id]
+    assert (plan["start"], plan["stop"]) == ([], [])
+    assert made.state.tasks == before
 
 
 def test_the_others_are_still_planned_together_when_one_cannot_be(redis_client, state_prefix, monkeypatch):
     """A fourth dataflow over P -> H2 (its own filter pinned at P) cannot be planned again: it stays as it is,
-    and the second and third still come off P -> H2 together."""
+    and the second and third still come off together and move to one filter at H2. Planned one at a time
+    instead, each would see the other's old load on P -> H2 and stay."""
     made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
     sink, cold = task("out", "sink", topic="d"), task("cold", "filter", expr="temp < -30")
     sink["site"], cold["site"] = "H2", "P"
@@ -346,14 +328,9 @@ def test_the_others_are_still_planned_together_when_one_cannot_be(redis_client, 
     assert plan["planned"] == "together" and plan["left_out"] == [fourth.id]
     rows = {row["dataflow"]: row for row in plan["dataflows"]}
     assert rows[fourth.id]["moves"] == [] and rows[fourth.id]["error"]["culprit"] == {"task": "cold"}
-    # Since issue 33 each is planned privately (its own reader of urban and its own filter): the fourth's
-    # stream keeps P -> H2 saturated and its backpressure throttles the shared reader, so a private reader
-    # delivers more (the weighing: 36 Mbps of source data against Algorithm 1's 30 for the second, 52 against
-    # 46 for the third). Before, both moved to one new filter at H2 reading the shared reader.
-    moved_second = {move["task"]: move for move in rows[second.id]["moves"]}
-    moved_third = {move["task"]: move for move in rows[third.id]["moves"]}
-    assert moved_second["hot"]["to"]["site"] == "H2" and moved_third["hot"]["to"]["site"] != "P"
-    assert moved_second["src"]["to"]["new"] is True and moved_third["src"]["to"]["new"] is True
+    (moved_second,), (moved_third,) = rows[second.id]["moves"], rows[third.id]["moves"]
+    assert moved_second["to"]["site"] == moved_third["to"]["site"] == "H2"
+    assert moved_second["to"]["running_task"] == moved_third["to"]["running_task"], "one filter at H2 for both"
     assert fourth.tasks["cold"] not in plan["stop"] and first.tasks["hot"] not in plan["stop"]
 
 
@@ -402,7 +379,7 @@ def test_a_replacement_setting_re_places_on_its_own_when_a_link_runs_hot(redis_c
     runtime = MeasuringRuntime(redis_client, state_prefix)
     made = Manager(redis_client, state_prefix, runtime)
     made.start()
-    three = slow_direct(THREE_SITES)
+    three = json.loads(json.dumps(THREE_SITES))
     made.set_wan({**three, "replacement": {"utilization": 0.9, "check_every_s": 0.05}})
     assert made.wan()["replacement"] == {"utilization": 0.9, "check_every_s": 0.05}
     document = hot("a", "H3", "one")

@@ -37,17 +37,15 @@ def check_wan_state(state: State, submitted: dict[str, dict]) -> None:
     assert used == set(state.tasks)
     for task_id, users in state.users.items():
         assert users == {fid for fid, flow in state.dataflows.items() if task_id in flow.tasks.values()}
-    # Equivalent tasks reading the same streams run only because a share was refused (then at different sites)
-    # or because a dataflow was planned privately (issue 33: its own source readers, which read the same topic
-    # at the same site, and its own tasks; no refusal is noted for those). A duplicate reading the same running
-    # streams at the same site is neither.
+    # Equivalent tasks reading the same streams run only at different sites, and only because a share was refused.
     seen: dict[tuple[str, tuple], list[str]] = {}
     for task in state.tasks.values():
         seen.setdefault((task.signature, task.inputs), []).append(task.id)
-    for (_, inputs), ids in seen.items():
-        if len(ids) > 1 and inputs:
+    for (_, _), ids in seen.items():
+        if len(ids) > 1:
             sites = [state.tasks[task_id].site for task_id in ids]
             assert len(set(sites)) == len(sites), ids
+            assert any(state.not_shared.get(task_id) for task_id in ids), ids
     assert len(state.tasks) >= len({task.signature for task in state.tasks.values()})
     # The signature index names the smallest instance of every running signature.
     assert state.instances == {sig: {t.id for t in state.tasks.values() if t.signature == sig}

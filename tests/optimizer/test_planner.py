@@ -94,14 +94,11 @@ def test_two_admitted_shares_cannot_both_count_on_the_same_spare_bandwidth():
         RunningTask("h", "H", "filter", "a", (("in", "s"),), 3.0),
     ])
     monitor = wan(MESH, loads={("a", "c"): 95.0})  # 5 Mbps spare: room for one 3 Mbps share, not two
-    # Algorithm 1 as printed: the weighing now keeps the private plan here (own reader at x, filters at c:
-    # x -> c is idle, where Algorithm 1's route over a -> c queues at 98 %; same throughput, 35 ms mean
-    # latency instead of 86), which is better by the model but not what this test pins.
     plan = plan_query(query(("s", "S", "source", (), 20.0, "x"),
                             ("f", "F", "filter", (("in", "s"),), 3.0),
                             ("h", "H", "filter", (("in", "s"),), 3.0),
                             ("u", "U", "union", (("in", "f"), ("in", "h")), 6.0, "c")),
-                      running, monitor, PlanningOptions(weigh_refusals=False))
+                      running, monitor)
     assert plan.decisions["f"].action == "reuse"
     assert plan.decisions["h"].action == "create"
     assert plan.decisions["h"].refused[0].available_mbps == pytest.approx(2.0)
@@ -121,10 +118,7 @@ def test_partial_input_sharing_checks_the_missing_inputs_ingress():
     roomy = plan_query(q, running, wan(MESH, loads={("x", "a"): 50.0}))
     assert (roomy.decisions["j"].rule, roomy.decisions["j"].site, roomy.decisions["j"].shared_inputs) == ("IN", "a", ("s",))
     assert roomy.link_delta == {("x", "a"): 30.0}
-    # Algorithm 1 as printed: the weighing keeps the private plan here (its own readers of s and t: at twice
-    # today's rates x -> a is over capacity and throttles the shared reader of s to nothing, the private
-    # one delivers), better by the model but not what this test pins.
-    tight = plan_query(q, running, wan(MESH, loads={("x", "a"): 80.0}), PlanningOptions(weigh_refusals=False))
+    tight = plan_query(q, running, wan(MESH, loads={("x", "a"): 80.0}))
     refusal = tight.decisions["j"].refused[0]
     assert (refusal.kind, refusal.link, refusal.needed_mbps, refusal.available_mbps, refusal.direction) == (
         "IN", ("x", "a"), 30.0, 20.0, "ingress")
@@ -157,12 +151,8 @@ def test_a_refused_candidate_at_the_chosen_site_is_shared_after_all():
     config = parse_wan_config({"sites": [{"name": "x", "compute": False}, "a", {"name": "b", "compute": False}],
                                "links": [{"from": "x", "to": "a", "bandwidth_mbps": 100, "latency_ms": 1},
                                          {"from": "a", "to": "b", "bandwidth_mbps": 5, "latency_ms": 1}]})
-    # Algorithm 1 as printed: the weighing keeps the private plan here (its own reader and filter: the
-    # running f keeps its 20 Mbps, where sharing f would throttle s, and with it f's own query, to a -> b's
-    # 5 Mbps), better by the model but not what this test pins.
     plan = plan_query(query(("s", "S", "source", (), 20.0, "x"), ("f", "F", "filter", (("in", "s"),), 10.0),
-                            ("k", "K", "sink", (("in", "f"),), 10.0, "b")), running, WanMonitor(config),
-                      PlanningOptions(weigh_refusals=False))
+                            ("k", "K", "sink", (("in", "f"),), 10.0, "b")), running, WanMonitor(config))
     decision = plan.decisions["f"]
     assert (decision.action, decision.running, decision.rule) == ("reuse", "f", "IN-OP")
     assert decision.refused and decision.refused[0].needed_mbps == 10.0
