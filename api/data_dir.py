@@ -43,7 +43,7 @@ def holder(data_dir: Path) -> int | None:
     except ProcessLookupError:
         return None
     except PermissionError:
-        return pid
+        pass  # alive, another user's
     return pid
 
 

