@@ -7,10 +7,12 @@ Sana runs). ``sana up`` therefore starts ``weed server`` (from the
 process) on ``<data dir>/objects`` and points Tansu at its bucket, so that a
 broker's data outlives the broker, ``sana up`` and each other's crashes.
 
-Every start picks free loopback ports: nothing SeaweedFS keeps on disk names a
-port (the master's folder is set explicitly), so a restart on other ports
-finds the same data. A restart of the store itself (after a crash) reuses the
-ports it had, because the broker was told that endpoint.
+Its eight loopback ports are those of the last run (``ports.json``) when they
+are all free, else new free ones: the master keeps its state in a folder named
+by its port, and on other ports relearns the volumes from the volume server,
+so the data is found either way. A restart of the store under a running
+broker (after a crash) reuses the ports it had, because the broker was told
+that endpoint.
 """
 
 from __future__ import annotations
