@@ -55,6 +55,7 @@ def build_services(settings: Settings) -> Services:
                                settings.spark_master, settings.checkpoint_dir, trigger_s=settings.trigger_s,
                                keyed_workers=settings.keyed_workers, reshape=reshape, ansi_sql=settings.ansi_sql)
     manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config, sharing=settings.sharing,
+                      containment=settings.containment,
                       defrag_after_removals=settings.defrag_after_removals,
                       limits=Limits(settings.max_tasks_per_dataflow, settings.max_dataflows_per_owner,
                                     settings.max_running_tasks, settings.max_queries))

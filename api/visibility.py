@@ -9,7 +9,8 @@ point of view instead, where the other owners' dataflows do not exist:
   dataflows already used, ``created`` all the others (some may have been
   running for someone else); ``not_shared`` keeps only refusals to share the
   caller's own tasks; ``placement`` and ``weighing`` (which weigh every share)
-  are left out;
+  are left out; ``contained`` keeps only the shares reading the caller's
+  own running tasks (another owner's wider filter or select is not named);
 * ``terminated`` of a removal lists the running tasks the removed dataflow
   used that none of the caller's other dataflows uses (some may go on running
   for someone else);
@@ -68,6 +69,8 @@ def submit_answer(principal: Principal, result: SubmitResult) -> dict[str, Any]:
     reused = [task for task in result.reused if result.tasks[task] in own]
     answer["reused"] = reused
     answer["created"] = [task for task in result.tasks if task not in set(reused)]
+    if result.contained:
+        answer["contained"] = [share for share in result.contained if share["reads"] in own]
     answer["not_shared"] = [row for row in result.not_shared if row.get("equivalent") in own]
     for field in ADMIN_ONLY_SUBMIT_FIELDS:
         answer.pop(field, None)

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from manager.containment import WIDER, Contained, contain
 from manager.exceptions import SinkTopicTaken
 from manager.model import Dataflow
 from manager.reuse import plan_reuse
@@ -61,6 +62,7 @@ class MergePlan:
     not_shared: tuple[dict[str, Any], ...] = ()
     notes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     weighing: dict[str, Any] | None = None
+    contained: tuple[Contained, ...] = ()
 
     @property
     def change(self) -> Change:
@@ -114,7 +116,8 @@ def salted(signature: str, salt: str) -> str:
 
 
 def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool = True,
-               measured: Mapping[str, float] | None = None, dataflow_id: str | None = None) -> MergePlan:
+               measured: Mapping[str, float] | None = None, dataflow_id: str | None = None,
+               containment: bool = False) -> MergePlan:
     """Plan the submission of a validated dataflow.
 
     Without a WAN configuration each task is looked up by signature (among
@@ -133,8 +136,28 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
     ``measured`` (running task id -> output Mbps the runtime measured) replaces the
     estimates the optimizer plans with, where it has them (:mod:`manager.traffic`).
     ``dataflow_id`` plans a dataflow that keeps its id (re-placement plans a running
-    dataflow again); by default the next id is taken.
+    dataflow again); by default the next id is taken. With ``containment`` (and
+    sharing) a filter or select a running one contains reads its output
+    (:mod:`manager.containment`); with a WAN configuration such a share is offered
+    to Algorithm 1 like any other, and if it is refused the dataflow is planned
+    without containment.
     """
+    if sharing and containment:
+        rewritten, contained = contain(state, flow)
+        if contained:
+            plan = _plan(state, rewritten, submitted_at, sharing, measured, dataflow_id, contained)
+            if all(plan.dataflow.tasks[_reads(share)] == share.reads for share in contained):
+                return plan
+    return _plan(state, flow, submitted_at, sharing, measured, dataflow_id, ())
+
+
+def _reads(share: Contained) -> str:
+    """The task of the rewritten dataflow that reads the running task a containment share names."""
+    return share.task if share.residual is None else f"{share.task}{WIDER}"
+
+
+def _plan(state: State, flow: Dataflow, submitted_at: float, sharing: bool, measured: Mapping[str, float] | None,
+          dataflow_id: str | None, contained: tuple[Contained, ...]) -> MergePlan:
     next_dataflow = state.next_dataflow + (dataflow_id is None)
     dataflow_id = dataflow_id or f"df-{state.next_dataflow}"
     if not sharing:
@@ -157,8 +180,9 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
         new_tasks.append(spec)
     new_tasks = tuple(new_tasks)
     placement, not_shared, notes = _wan_report(assignment.plan, assignment.running) if assignment.plan else ({}, [], {})
-    reused = tuple(task_id for task_id in flow.order if task_map[task_id] in state.tasks)
-    created = tuple(task_id for task_id in flow.order if task_map[task_id] not in state.tasks)
+    submitted = [task_id for task_id in flow.order if not task_id.endswith(WIDER)]
+    reused = tuple(task_id for task_id in submitted if task_map[task_id] in state.tasks)
+    created = tuple(task_id for task_id in submitted if task_map[task_id] not in state.tasks)
     boundary = tuple(
         (parent, spec.id, port) for spec in new_tasks for port, parent in spec.inputs if parent in state.tasks
     )
@@ -176,6 +200,7 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
         document=flow.document,
         tasks=task_map,
         sinks=sinks,
+        contained={share.task: share.to_dict() for share in contained},
     )
     index: dict[str, str] = {}
     for spec in new_tasks:
@@ -195,6 +220,7 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
         not_shared=tuple(not_shared),
         notes=notes,
         weighing=assignment.plan.weighing.to_dict() if assignment.plan and assignment.plan.weighing else None,
+        contained=contained,
     )
 
 

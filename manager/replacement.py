@@ -134,7 +134,9 @@ def _replan(state: State, order: list[str], links: Mapping[str, list[str]], meas
         apply_merge(work, plan)
         moves = []
         for task, (running, site) in sorted(before.items()):
-            now = plan.dataflow.tasks[task]
+            now = plan.dataflow.tasks.get(task)
+            if now is None:  # the running task a containment share read (re-placement plans without containment)
+                continue
             now_site = work.tasks[now].site
             if now not in seeds and work.tasks[now] != state.tasks.get(now):
                 seeds[now] = running  # a task two dataflows start continues the state of the first one's

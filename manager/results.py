@@ -23,7 +23,9 @@ class SubmitResult:
     the same owner used before this submit; the API tells a user only about those (api/visibility.py).
     ``duplicate_of``: a dataflow of the same owner that was running already and is identical to this one (the
     same sinks writing the same topics, :mod:`manager.duplicates`), or None; ``warnings``: what the submitter
-    should know, in words (a duplicate; a dataflow of the same name writing one of its topics)."""
+    should know, in words (a duplicate; a dataflow of the same name writing one of its topics). ``contained``: the
+    tasks that read a running task containing them (:class:`manager.containment.Contained`), each naming the
+    running task it reads (``tasks`` holds the submitted task ids only)."""
 
     id: str
     name: str
@@ -39,6 +41,7 @@ class SubmitResult:
     owner_tasks: frozenset[str] = frozenset()
     duplicate_of: str | None = None
     warnings: list[str] = field(default_factory=list)
+    contained: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         result = {
@@ -57,6 +60,8 @@ class SubmitResult:
             result["placement"] = self.placement
         if self.weighing:
             result["weighing"] = self.weighing
+        if self.contained:
+            result["contained"] = self.contained
         return result
 
 

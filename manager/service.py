@@ -29,6 +29,7 @@ from typing import Any
 import redis
 
 from manager import merge
+from manager.containment import WIDER, containment_shares
 from manager.costs import attribute
 from manager.duplicates import find_repeats
 from manager.exceptions import DataflowNotFound
@@ -61,6 +62,7 @@ class Manager:
         clock: Callable[[], float] = time.time,
         wan_config: str | Path | None = None,
         sharing: bool = True,
+        containment: bool = True,
         defrag_after_removals: int = 0,
         limits: Limits | None = None,
     ):
@@ -68,6 +70,8 @@ class Manager:
 
         ``sharing=False`` (``SANA_SHARING=false``) runs every dataflow alone: the baseline that
         shows what sharing saves. Dataflows submitted while it was on stay shared.
+        ``containment=False`` (``SANA_CONTAINMENT=false``) shares only equivalent tasks, not a
+        filter or select that reads a running one containing it (:mod:`manager.containment`).
         ``defrag_after_removals=N`` runs :meth:`defragment` in the background after every
         N-th removal (``SANA_DEFRAG_AFTER_REMOVALS``; 0 never). ``limits``: what one dataflow,
         one owner and the whole service may hold (:class:`Limits`).
@@ -77,6 +81,7 @@ class Manager:
         self.clock = clock
         self.wan_config = wan_config
         self.sharing = sharing
+        self.containment = containment
         self._started = False
         self._closing = threading.Event()
         self.wan_control = WanControl(self.ledger, sharing=sharing, clock=clock, ensure_started=self._ensure_started,
@@ -161,20 +166,23 @@ class Manager:
                 raise repeats.refusal()
             self.limits.check_owner(state, flow.owner)
             state.quarantined = quarantined_with_readers(state, self.runtime.failures())
-            plan = merge.plan_merge(state, flow, self.clock(), sharing=self.sharing, measured=ledger.measured())
+            plan = merge.plan_merge(state, flow, self.clock(), sharing=self.sharing, measured=ledger.measured(),
+                                    containment=self.containment)
             self.limits.check_service(state, plan.new_tasks)
-            named = {plan.dataflow.tasks[task] for task in plan.reused} | {row["equivalent"] for row in plan.not_shared}
+            named = {plan.dataflow.tasks[task] for task in plan.reused} | {row["equivalent"] for row in plan.not_shared} \
+                | {share.reads for share in plan.contained}
             owner_tasks = owned_among(state, flow.owner, named)
             version = ledger.deploy_and_commit("merge", plan.change, lambda: ledger.store.commit_merge(plan, state),
                                                plan.dataflow.id)
             merge.apply_merge(state, plan)
             state.version = version
-            sites = {task_id: state.tasks[running].site for task_id, running in plan.dataflow.tasks.items()}
+            submitted = {task_id: running for task_id, running in plan.dataflow.tasks.items() if not task_id.endswith(WIDER)}
+            sites = {task_id: state.tasks[running].site for task_id, running in submitted.items()}
         flow_record = plan.dataflow
         return SubmitResult(
             id=flow_record.id,
             name=flow_record.name,
-            tasks=dict(flow_record.tasks),
+            tasks=submitted,
             reused=list(plan.reused),
             created=list(plan.created),
             sinks=flow_record.sinks,
@@ -184,6 +192,7 @@ class Manager:
             placement=dict(plan.placement),
             weighing=plan.weighing,
             owner_tasks=owner_tasks,
+            contained=[share.to_dict() for share in plan.contained],
             duplicate_of=repeats.duplicate_of.id if repeats.duplicate_of else None,
             warnings=repeats.warnings(flow_record.id, len(plan.new_tasks)),
         )
@@ -291,6 +300,8 @@ class Manager:
             "saving_percent": round(100.0 * (submitted - running) / submitted, 2) if submitted else 0.0,
             "sharing_histogram": {str(users): count for users, count in sorted(sharing.items())},
             "sharing": self.sharing,
+            "containment": self.containment,
+            "containment_shares": containment_shares(state),
             "wan_configured": state.wan is not None,
         }
 

@@ -33,9 +33,15 @@ class SubmittedDataflow:
     document: dict[str, Any]
     tasks: dict[str, str]
     sinks: dict[str, dict[str, str]]
+    contained: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def running_ids(self) -> set[str]:
         return set(self.tasks.values())
+
+    def wider_tasks(self) -> int:
+        """How many of :attr:`tasks` are not in the document: the running tasks containment shares read
+        (:mod:`manager.containment`; an equivalent one is the submitted task's own)."""
+        return sum(1 for share in self.contained.values() if share["residual"] is not None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +52,7 @@ class SubmittedDataflow:
             "document": self.document,
             "tasks": self.tasks,
             "sinks": self.sinks,
+            **({"contained": self.contained} if self.contained else {}),
         }
 
     @classmethod
@@ -262,7 +269,8 @@ class State:
         return sum(len(task.inputs) for task in self.tasks.values())
 
     def submitted_tasks(self) -> int:
-        return sum(len(flow.tasks) for flow in self.dataflows.values())
+        """Tasks the submitted documents hold (not the running tasks containment shares add to a dataflow)."""
+        return sum(len(flow.tasks) - flow.wider_tasks() for flow in self.dataflows.values())
 
 
 def parents_first(tasks: Mapping[str, TaskSpec]) -> list[str]:

@@ -57,6 +57,11 @@ class Settings(BaseSettings):
         True,
         description="Reuse running tasks across dataflows; false runs every dataflow alone (the baseline of docs/reuse.md).",
     )
+    containment: bool = Field(
+        True,
+        description="Let a filter or select read a running one that contains it (a wider filter, a select it computes "
+        "from); false shares only equivalent tasks.",
+    )
     defrag_after_removals: int = Field(
         0, ge=0, le=1_000_000,
         description="Run `sana defrag` in the background after every N removals (0: only when an operator runs it).",

@@ -7,7 +7,7 @@ import math
 import networkx as nx
 
 from manager.state import State
-from manager.validate import parse_dataflow
+from tests.fixtures.invariants import runs_as
 from optimizer.rates import estimate_rate
 from wan.monitor import crossings, link_loads
 
@@ -17,7 +17,7 @@ def check_wan_state(state: State, submitted: dict[str, dict]) -> None:
     assert set(state.dataflows) == set(submitted)
     used: set[str] = set()
     for dataflow_id, document in submitted.items():
-        flow = parse_dataflow(document)
+        flow = runs_as(state, dataflow_id, document)
         record = state.dataflows[dataflow_id]
         parents: dict[str, list[tuple[str, str]]] = {}
         for item in flow.streams:

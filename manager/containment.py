@@ -1,0 +1,243 @@
+"""Containment sharing: a new task reads a running task whose output holds what it needs.
+
+Exact sharing reuses a running task with the same ancestor signature. Before
+that lookup, :func:`contain` rewrites a submitted dataflow where a running task
+reading the same stream *contains* a new one:
+
+- a ``filter`` whose predicate implies a running filter's (decided by Z3,
+  :mod:`runtime.operators.implication`) reads that filter's output and tests
+  only the conjuncts the running predicate does not imply (its *residual*); an
+  equivalent predicate reads the running filter as it is, with no task of its own;
+- a ``select`` whose columns are computed from a running select's output
+  (:mod:`runtime.operators.projection`) reads that output.
+
+The rewritten dataflow holds the running task as a task of its own (id
+``<task>~wider``), so the ordinary reuse lookup finds it by signature and the
+dataflow becomes one of its users: the wider task then runs as long as a
+dataflow reads it, whoever submitted it first. Removing the wider task's owner
+therefore changes nothing for the narrower one (no restart, no gap); the cost
+is the wider task's own work, one expression over the input the narrower task
+would have read anyway. The residual's signature is that of what runs (the
+residual over the wider task), so a later dataflow asking the same thing while
+the same wider task runs shares it exactly.
+
+The search is bounded: only tasks reading the same running task are
+candidates, filters only if the columns they test are among the new
+predicate's, and at most :data:`MAX_CHECKS` candidates per task (each solver
+question within its time budget; answers are cached). Of the filters the new
+one implies, the narrowest is read (the one implying the others, ties to the
+smallest id); a residual equivalent to one already running over that filter
+takes its predicate, so that the two share exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from manager.model import Dataflow, Stream, Task
+from manager.reuse import find_instance
+from manager.signature import task_signature
+from manager.state import State
+from runtime.operators.implication import implies, residual
+from runtime.operators.projection import rebase
+from runtime.operators.sql import SqlProblem, parse_expression, referenced_columns
+from runtime.plan import TaskSpec
+
+#: Solver questions one new filter may ask (candidates past it are not looked at).
+MAX_CHECKS = 8
+#: Suffix of the task a rewritten dataflow holds for the running task it reads (not a valid submitted task id).
+WIDER = "~wider"
+
+
+@dataclass(frozen=True)
+class Contained:
+    """One containment share: submitted ``task`` reads running ``reads`` and runs ``residual`` (None: nothing)."""
+
+    task: str
+    kind: str
+    reads: str
+    residual: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "kind": self.kind, "reads": self.reads, "residual": self.residual}
+
+
+def contain(state: State, flow: Dataflow) -> tuple[Dataflow, tuple[Contained, ...]]:
+    """``flow`` rewritten to read running tasks that contain its filters and selects, and the shares found.
+
+    >>> from manager.validate import parse_dataflow
+    >>> def flow(name, expr): return parse_dataflow({"name": name, "tasks": [
+    ...     {"id": "s", "type": "source", "config": {"topic": "in", "schema": {"temp": "double"}}},
+    ...     {"id": "f", "type": "filter", "config": {"expr": expr}},
+    ...     {"id": "k", "type": "sink", "config": {"topic": name}}],
+    ...     "streams": [{"from": "s", "to": "f"}, {"from": "f", "to": "k"}]})
+    >>> state = State()
+    >>> state.add_task(TaskSpec("src", flow("a", "temp > 20").signatures["s"], "source", {}, None, (), "q", {"temp": "double"}), "d")
+    >>> wide = flow("a", "temp > 20")
+    >>> state.add_task(TaskSpec("f20", wide.signatures["f"], "filter", wide.tasks["f"].config, None, (("in", "src"),), "q",
+    ...                         {"temp": "double"}), "d")
+    >>> rewritten, shares = contain(state, flow("b", "temp > 30"))
+    >>> [share.to_dict() for share in shares], [(s.src, s.dst) for s in rewritten.streams]
+    ([{'task': 'f', 'kind': 'filter', 'reads': 'f20', 'residual': {'expr': 'temp > 30'}}], [('s', 'f~wider'), ('f~wider', 'f'), ('f', 'k')])
+    """
+    work = _Rewriting(flow)
+    running: dict[str, str] = {}  # task -> the running task an exact lookup gives it
+    shares: list[Contained] = []
+    for task_id in flow.order:
+        found = _exact(state, work, task_id, running)
+        task, inputs = work.tasks[task_id], work.parents.get(task_id, [])
+        if found is None and task.type in ("filter", "select") and len(inputs) == 1 and inputs[0][1] in running:
+            parent = running[inputs[0][1]]
+            match = _filter_container(state, task, parent) if task.type == "filter" else _select_container(state, task, parent)
+            if match is not None and work.fits(task_id, match[0]):
+                share = Contained(task_id, task.type, match[0].id, match[1])
+                shares.append(share)
+                work.apply(share, match[0])
+                if share.residual is not None:
+                    running[task_id + WIDER] = share.reads
+                found = _exact(state, work, task_id, running)
+        work.finish(task_id)
+        if found is not None:
+            running[task_id] = found
+    if not shares:
+        return flow, ()
+    return work.result(), tuple(shares)
+
+
+def rewrite(flow: Dataflow, contained: Mapping[str, Mapping[str, Any]], tasks: Mapping[str, TaskSpec]) -> Dataflow:
+    """``flow`` as :func:`contain` rewrote it, given its recorded shares (``SubmittedDataflow.contained``) and the
+    running tasks they read: what a submitted dataflow runs as, for checks that recompute the running set."""
+    work = _Rewriting(flow)
+    for task_id in flow.order:
+        share = contained.get(task_id)
+        if share is not None:
+            work.apply(Contained(task_id, share["kind"], share["reads"], share["residual"]), tasks[share["reads"]])
+        work.finish(task_id)
+    return work.result()
+
+
+def _exact(state: State, work: "_Rewriting", task_id: str, running: Mapping[str, str]) -> str | None:
+    """The running task with ``task_id``'s signature (as rewritten so far) over its parents' running tasks."""
+    inputs = work.parents.get(task_id, [])
+    if not all(parent in running for _, parent in inputs):
+        return None
+    return find_instance(state, work.signature(task_id), tuple(sorted((port, running[parent]) for port, parent in inputs)))
+
+
+class _Rewriting:
+    """A dataflow being rewritten task by task, parents first: each task is final once :meth:`finish` names it."""
+
+    def __init__(self, flow: Dataflow):
+        self.flow = flow
+        self.tasks = dict(flow.tasks)
+        self.schemas = dict(flow.schemas)
+        self.parents: dict[str, list[tuple[str, str]]] = {}
+        for stream in flow.streams:
+            self.parents.setdefault(stream.dst, []).append((stream.port, stream.src))
+        self.signatures: dict[str, str] = {}
+        self.order: list[str] = []
+
+    def signature(self, task_id: str) -> str:
+        task = self.tasks[task_id]
+        inputs = [(port, self.signatures[parent]) for port, parent in self.parents.get(task_id, [])]
+        return task_signature(task.type, task.config, inputs, task.site if task.type == "source" else None)
+
+    def fits(self, task_id: str, wider: TaskSpec) -> bool:
+        """Whether ``wider`` reads what ``task_id`` reads (by signature)."""
+        (port, parent), = self.parents[task_id]
+        return task_signature(wider.type, wider.config, [(port, self.signatures[parent])]) == wider.signature
+
+    def apply(self, share: Contained, wider: TaskSpec) -> None:
+        """Make ``share.task`` read ``wider`` (through a task of its own, ``<task>~wider``) and run its residual,
+        or, when equivalent, be ``wider``."""
+        task = self.tasks[share.task]
+        if share.residual is None:
+            self.tasks[share.task] = dataclasses.replace(task, config=wider.config)
+            return
+        wider_id = share.task + WIDER
+        self.tasks[wider_id] = Task(wider_id, wider.type, wider.config)
+        self.schemas[wider_id] = dict(wider.schema)
+        self.parents[wider_id] = self.parents[share.task]
+        self.parents[share.task] = [(self.parents[wider_id][0][0], wider_id)]
+        self.tasks[share.task] = dataclasses.replace(task, config=share.residual)
+        self.finish(wider_id)
+
+    def finish(self, task_id: str) -> None:
+        self.signatures[task_id] = self.signature(task_id)
+        self.order.append(task_id)
+
+    def result(self) -> Dataflow:
+        streams = tuple(Stream(parent, task_id, port) for task_id in self.order for port, parent in self.parents.get(task_id, []))
+        return dataclasses.replace(self.flow, tasks=self.tasks, streams=streams, order=tuple(self.order),
+                                   schemas=self.schemas, signatures=self.signatures)
+
+
+def _readers(state: State, parent: str, task_type: str) -> list[TaskSpec]:
+    """Running, healthy tasks of ``task_type`` reading ``parent`` alone, by id."""
+    found = [state.tasks[child] for child in state.children.get(parent, ())
+             if state.tasks[child].type == task_type and child not in state.quarantined]
+    return sorted((spec for spec in found if len(spec.inputs) == 1), key=lambda spec: spec.id)
+
+
+def _filter_container(state: State, task: Task, parent: str) -> tuple[TaskSpec, dict[str, Any] | None] | None:
+    """The narrowest running filter over ``parent`` that ``task``'s predicate implies, with the residual config."""
+    schema = state.tasks[parent].schema
+    expr = task.config["expr"]
+    columns = _columns(expr)
+    if columns is None:
+        return None
+    candidates = [spec for spec in _readers(state, parent, "filter")
+                  if (theirs := _columns(spec.config["expr"])) is not None and theirs <= columns]
+    implied = [spec for spec in candidates[:MAX_CHECKS] if implies(expr, spec.config["expr"], schema)]
+    if not implied:
+        return None
+    narrowest = implied[0]
+    for spec in implied[1:]:
+        if implies(spec.config["expr"], narrowest.config["expr"], schema) and \
+                not implies(narrowest.config["expr"], spec.config["expr"], schema):
+            narrowest = spec
+    rest = residual(expr, narrowest.config["expr"], schema)
+    if rest is None:
+        return narrowest, None
+    return narrowest, {**task.config, "expr": _running_equivalent(state, narrowest.id, rest, schema)}
+
+
+def _running_equivalent(state: State, wider: str, rest: str, schema: dict[str, str]) -> str:
+    """``rest``, or the predicate of a running filter over ``wider`` equivalent to it (so that the residual is
+    shared exactly: ``temp > 30`` and ``30 < temp AND temp > 20`` over ``temp > 20`` are one task)."""
+    columns = _columns(rest)
+    same = [spec for spec in _readers(state, wider, "filter") if _columns(spec.config["expr"]) == columns]
+    for spec in same[:MAX_CHECKS]:
+        theirs = spec.config["expr"]
+        if implies(rest, theirs, schema) and implies(theirs, rest, schema):
+            return theirs
+    return rest
+
+
+def _select_container(state: State, task: Task, parent: str) -> tuple[TaskSpec, dict[str, Any]] | None:
+    """The first running select over ``parent`` whose output ``task``'s columns can be computed from."""
+    schema = state.tasks[parent].schema
+    for spec in _readers(state, parent, "select"):
+        columns = rebase(task.config["columns"], spec.config["columns"], schema, spec.schema)
+        if columns is not None:
+            return spec, {**task.config, "columns": columns}
+    return None
+
+
+def _columns(expr: str) -> frozenset[str] | None:
+    try:
+        return frozenset(referenced_columns(parse_expression(expr)))
+    except SqlProblem:
+        return None
+
+
+def containment_shares(state: State) -> dict[str, int]:
+    """Running containment shares by kind (``equivalent``: a predicate equal to a running one's, read as is)."""
+    found = {"filter": 0, "select": 0, "equivalent": 0}
+    for flow in state.dataflows.values():
+        for share in flow.contained.values():
+            found["equivalent" if share["residual"] is None else share["kind"]] += 1
+    return found

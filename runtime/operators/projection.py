@@ -1,0 +1,77 @@
+"""Projection containment: computing one ``select``'s columns from another ``select``'s output.
+
+A ``select`` over stream X can read a running ``select`` over X instead when each
+of its expressions can be written over the running one's output columns:
+:func:`rebase` replaces every subexpression equal (in canonical text) to one of
+the running select's expressions by that output column, largest first, and
+succeeds only if no reference to X's own columns is left and every column keeps
+its type. Expressions are deterministic (:mod:`runtime.operators.sql`), so the
+rebased select gives the same values row for row.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from runtime.operators.sql import DIALECT, SqlProblem, canonical_sql, infer_type, parse_expression
+from runtime.operators.types import Schema
+
+
+def rebase(new: dict[str, str], running: dict[str, str], schema: Schema, running_schema: Schema) -> dict[str, str] | None:
+    """``new``'s columns written over ``running``'s output, or None when one of them cannot be.
+
+    ``schema`` is the input both read; ``running_schema`` the running select's output.
+
+    >>> schema = {"temp": "double", "city": "string", "id": "int"}
+    >>> running = {"id": "id", "f": "temp * 1.8 + 32", "c": "upper(city)"}
+    >>> out = {"id": "int", "f": "double", "c": "string"}
+    >>> rebase({"f": "temp * 1.8 + 32", "hot": "temp * 1.8 + 32 > 100"}, running, schema, out)
+    {'f': 'f', 'hot': 'f > 100'}
+    >>> rebase({"k": "temp"}, running, schema, out) is None   # temp is not in the running output
+    True
+    """
+    by_text = {canonical_sql(text): name for name, text in running.items()}
+    rebased: dict[str, str] = {}
+    for name, text in new.items():
+        try:
+            tree = parse_expression(text)
+            before = infer_type(text, tree, schema)
+        except SqlProblem:
+            return None
+        replaced = _replace(tree, by_text)
+        if replaced is None:
+            return None
+        written = replaced.sql(DIALECT)
+        try:
+            after = infer_type(written, replaced, running_schema)
+        except SqlProblem:
+            return None
+        if before is None or after != before:
+            return None
+        rebased[name] = canonical_sql(written)
+    return rebased
+
+
+def _replace(tree: exp.Expression, by_text: dict[str, str]) -> exp.Expression | None:
+    """``tree`` with its largest subexpressions found in ``by_text`` made columns; None if an input column is left."""
+    name = by_text.get(tree.sql(DIALECT))
+    if name is not None:
+        return exp.column(name, quoted=not name.isidentifier())
+    if isinstance(tree, exp.Column):
+        return None
+    for key, value in list(tree.args.items()):
+        if isinstance(value, exp.Expression):
+            replaced = _replace(value, by_text)
+            if replaced is None:
+                return None
+            tree.set(key, replaced)
+        elif isinstance(value, list):
+            items = []
+            for item in value:
+                if isinstance(item, exp.Expression):
+                    item = _replace(item, by_text)
+                    if item is None:
+                        return None
+                items.append(item)
+            tree.set(key, items)
+    return tree
