@@ -145,7 +145,8 @@ def _routes(app: FastAPI) -> None:
         return {
             "dataflows": [
                 {"id": flow.id, "name": flow.name, "owner": flow.owner, "submitted_at": _iso(flow.submitted_at),
-                 "tasks": flow.tasks, **statuses[flow.id]}
+                 "tasks": flow.submitted_tasks(), **({"contained": flow.shares()} if flow.contained else {}),
+                 **statuses[flow.id]}
                 for flow in flows
             ]
         }
@@ -159,8 +160,8 @@ def _routes(app: FastAPI) -> None:
         """
         flow = manager.dataflow(dataflow_id)
         check_visible(principal, flow.owner, dataflow_id)
-        return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.tasks,
-                "sinks": flow.sinks, "document": flow.document,
+        return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.submitted_tasks(),
+                "sinks": flow.sinks, "document": flow.document, **({"contained": flow.shares()} if flow.contained else {}),
                 **manager.statuses([flow], details=principal.admin)[flow.id]}
 
     @app.get("/dataflows/{dataflow_id}/cost", response_model=schemas.DataflowCostOut, responses=_ERRORS)

@@ -33,6 +33,7 @@ takes its predicate, so that the two share exactly.
 from __future__ import annotations
 
 import dataclasses
+from functools import lru_cache
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ from typing import Any
 from manager.model import Dataflow, Stream, Task
 from manager.reuse import find_instance
 from manager.signature import task_signature
-from manager.state import State
+from manager.state import WIDER, State
 from runtime.operators.implication import implies, residual
 from runtime.operators.projection import rebase
 from runtime.operators.sql import SqlProblem, parse_expression, referenced_columns
@@ -48,8 +49,6 @@ from runtime.plan import TaskSpec
 
 #: Solver questions one new filter may ask (candidates past it are not looked at).
 MAX_CHECKS = 8
-#: Suffix of the task a rewritten dataflow holds for the running task it reads (not a valid submitted task id).
-WIDER = "~wider"
 
 
 @dataclass(frozen=True)
@@ -227,7 +226,9 @@ def _select_container(state: State, task: Task, parent: str) -> tuple[TaskSpec, 
     return None
 
 
+@lru_cache(maxsize=65_536)
 def _columns(expr: str) -> frozenset[str] | None:
+    """The columns a predicate reads (cached: every running filter over a stream is a candidate of each new one)."""
     try:
         return frozenset(referenced_columns(parse_expression(expr)))
     except SqlProblem:

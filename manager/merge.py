@@ -25,11 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from manager.containment import WIDER, Contained, contain
+from manager.containment import Contained, contain
 from manager.exceptions import SinkTopicTaken
 from manager.model import Dataflow
 from manager.reuse import plan_reuse
-from manager.state import RunningSet, State, SubmittedDataflow
+from manager.state import WIDER, RunningSet, State, SubmittedDataflow
 from manager.traffic import link_loads_in_use, rates_in_use
 from planning.model import SANA, QueryPlan
 from optimizer.planner import admit_shares

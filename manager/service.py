@@ -29,7 +29,7 @@ from typing import Any
 import redis
 
 from manager import merge
-from manager.containment import WIDER, containment_shares
+from manager.containment import containment_shares
 from manager.costs import attribute
 from manager.duplicates import find_repeats
 from manager.exceptions import DataflowNotFound
@@ -176,7 +176,7 @@ class Manager:
                                                plan.dataflow.id)
             merge.apply_merge(state, plan)
             state.version = version
-            submitted = {task_id: running for task_id, running in plan.dataflow.tasks.items() if not task_id.endswith(WIDER)}
+            submitted = plan.dataflow.submitted_tasks()
             sites = {task_id: state.tasks[running].site for task_id, running in submitted.items()}
         flow_record = plan.dataflow
         return SubmitResult(

@@ -18,6 +18,10 @@ from optimizer.rates import estimate_rate
 from runtime.plan import TaskSpec
 from wan.topology import WanConfig
 
+#: Suffix of the task a dataflow holds for the running task a containment share reads (manager/containment.py);
+#: not a valid submitted task id, so it never meets one.
+WIDER = "~wider"
+
 #: Link loads closer to zero than this are zero (float residue of adding and removing rates).
 LOAD_EPSILON = 1e-9
 
@@ -42,6 +46,16 @@ class SubmittedDataflow:
         """How many of :attr:`tasks` are not in the document: the running tasks containment shares read
         (:mod:`manager.containment`; an equivalent one is the submitted task's own)."""
         return sum(1 for share in self.contained.values() if share["residual"] is not None)
+
+    def submitted_tasks(self) -> dict[str, str]:
+        """:attr:`tasks` of the document's tasks only (what the API answers as ``tasks``)."""
+        if not self.contained:
+            return self.tasks
+        return {task: running for task, running in self.tasks.items() if not task.endswith(WIDER)}
+
+    def shares(self) -> list[dict[str, Any]]:
+        """The containment shares, as the API answers them (``contained``)."""
+        return list(self.contained.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {

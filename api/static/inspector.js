@@ -59,6 +59,9 @@ function renderStats(stats) {
   $("submitted-tasks").textContent = stats.submitted_tasks;
   $("running-tasks").textContent = stats.running_tasks;
   $("saving").textContent = `${stats.saving_percent}%`;
+  const shares = stats.containment_shares || {};
+  $("contained-count").textContent = stats.containment === false ? "off"
+    : (shares.filter || 0) + (shares.select || 0) + (shares.equivalent || 0);
   $("dataflow-count").textContent = stats.submitted_dataflows;
   $("dag-count").textContent = stats.running_dags;
   $("fragment-count").textContent = stats.fragments;

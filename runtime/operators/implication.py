@@ -84,16 +84,23 @@ def _implies(new: str, running: str, columns: tuple[tuple[str, str], ...], budge
     import z3
 
     with _lock:
-        model = _Model(dict(columns))
+        model = _model(columns)
         try:
-            true_new = model.truth(parse_expression(new))[0]
-            true_running = model.truth(parse_expression(running))[0]
+            true_new, constraints_new = model.formula(new)
+            true_running, constraints_running = model.formula(running)
         except (SqlProblem, RecursionError):
             return False
         solver = z3.Solver()
         solver.set("timeout", budget_ms)
-        solver.add(*model.constraints, true_new, z3.Not(true_running))
+        solver.add(*constraints_new, *constraints_running, true_new, z3.Not(true_running))
         return solver.check() == z3.unsat
+
+
+@lru_cache(maxsize=256)
+def _model(columns: tuple[tuple[str, str], ...]) -> "_Model":
+    """One model per input schema, shared by its questions: a predicate is translated once, and the same
+    column (or opaque text) is the same variable in every question."""
+    return _Model(dict(columns))
 
 
 def conjuncts(text: str) -> list[str]:
@@ -124,6 +131,12 @@ def residual(new: str, running: str, schema: Schema, budget_ms: int = BUDGET_MS)
     >>> residual("temp > 30", "30 < temp", {"temp": "double"}) is None
     True
     """
+    return _residual(new, running, tuple(sorted(schema.items())), budget_ms)
+
+
+@lru_cache(maxsize=16_384)
+def _residual(new: str, running: str, columns: tuple[tuple[str, str], ...], budget_ms: int) -> str | None:
+    schema = dict(columns)
     kept = [part for part in conjuncts(new) if not implies(running, part, schema, budget_ms)]
     if not kept:
         return None
@@ -152,9 +165,19 @@ class _Model:
 
         self.z3 = z3
         self.schema = schema
-        self.constraints: list[Any] = []
+        self._constraints: dict[str, Any] = {}  # opaque atom text -> its side constraint
+        self._used: set[str] = set()
+        self._formulas: dict[str, tuple[Any, tuple[Any, ...]]] = {}
         self._terms: dict[str, _Term] = {}
         self._atoms: dict[str, tuple[Any, Any]] = {}
+
+    def formula(self, text: str) -> tuple[Any, tuple[Any, ...]]:
+        """``text`` is TRUE, as a formula, and the side constraints of the opaque atoms it holds (cached)."""
+        if text not in self._formulas:
+            self._used = set()
+            true = self.truth(parse_expression(text))[0]
+            self._formulas[text] = (true, tuple(self._constraints[atom] for atom in sorted(self._used)))
+        return self._formulas[text]
 
     # -- boolean expressions: (is TRUE, is FALSE) ------------------------------------------------
 
@@ -202,8 +225,9 @@ class _Model:
         if text not in self._atoms:
             index = len(self._atoms)
             true, false = self.z3.Bool(f"atom{index}.true"), self.z3.Bool(f"atom{index}.false")
-            self.constraints.append(self.z3.Not(self.z3.And(true, false)))
+            self._constraints[text] = self.z3.Not(self.z3.And(true, false))
             self._atoms[text] = (true, false)
+        self._used.add(text)
         return self._atoms[text]
 
     # -- comparisons ------------------------------------------------------------------------------

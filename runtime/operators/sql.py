@@ -268,7 +268,12 @@ def parse_expression(text: str, *, aggregate: bool = False) -> exp.Expression:
 
 @_guarded
 def canonical_sql(text: str) -> str:
-    """The canonical rendering of an expression (what signatures hash)."""
+    """The canonical rendering of an expression (what signatures hash); cached by the text."""
+    return _canonical(text)
+
+
+@lru_cache(maxsize=8192)
+def _canonical(text: str) -> str:
     return _parse(text).sql(DIALECT)
 
 

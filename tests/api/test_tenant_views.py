@@ -124,8 +124,8 @@ def test_wan_refusals_and_placements_of_others_are_left_out(service):
 
     # bob's own filter at P, not shared at H2 for lack of bandwidth: that is his to know
     own_p, own_h2 = hot("bob.c", "P", "three"), hot("bob.d", "H2", "four")
-    for document in (own_p, own_h2):
-        document["tasks"][1]["config"]["expr"] = "temp > 40"
+    for document in (own_p, own_h2):  # contained in no running filter (temp > 40 would read bob's temp > 30 at H2)
+        document["tasks"][1]["config"]["expr"] = "temp < 10"
     at_p = service.post("/dataflows", json=own_p, headers=_as("bob")).json()
     at_h2 = service.post("/dataflows", json=own_h2, headers=_as("bob")).json()
     assert (at_p["reused"], at_h2["reused"]) == (["src"], ["src"])  # the source his first dataflow reads

@@ -52,6 +52,7 @@ def test_submit_see_graph_and_reuse_then_error_then_remove(page, tmp_path):
     expect(page.locator("svg .node")).to_have_count(10)
     expect(page.locator("#submitted-tasks")).to_have_text("12")
     expect(page.locator("#saving")).to_have_text("16.67%")
+    expect(page.locator("#contained-count")).to_have_text("0")  # RIoT's apps share exactly, none by containment
     expect(page.locator('svg .node[data-users="2"]')).to_have_count(2)
     expect(page.locator('#histogram rect[data-users="2"]')).to_have_count(1)
     # the new dataflow is selected: its tasks are highlighted, the others dimmed
