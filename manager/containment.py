@@ -42,9 +42,14 @@ from manager.model import Dataflow, Stream, Task
 from manager.reuse import find_instance
 from manager.signature import task_signature
 from manager.state import WIDER, State
+from runtime.exceptions import OperatorConfigInvalid
+from runtime.operators.fields import duration_ms
 from runtime.operators.implication import implies, residual
+from runtime.operators.keyed_options import tidy_runtime_keys, without_runtime_keys
 from runtime.operators.projection import rebase
 from runtime.operators.sql import SqlProblem, parse_expression, referenced_columns
+from runtime.operators.types import Schema
+from runtime.operators.window import WINDOW_AGGREGATE, aggregate_call
 from runtime.plan import TaskSpec
 
 #: Solver questions one new filter may ask (candidates past it are not looked at).
@@ -88,9 +93,8 @@ def contain(state: State, flow: Dataflow) -> tuple[Dataflow, tuple[Contained, ..
     for task_id in flow.order:
         found = _exact(state, work, task_id, running)
         task, inputs = work.tasks[task_id], work.parents.get(task_id, [])
-        if found is None and task.type in ("filter", "select") and len(inputs) == 1 and inputs[0][1] in running:
-            parent = running[inputs[0][1]]
-            match = _filter_container(state, task, parent) if task.type == "filter" else _select_container(state, task, parent)
+        if found is None and task.type in _CONTAINERS and len(inputs) == 1 and inputs[0][1] in running:
+            match = _CONTAINERS[task.type](state, task, running[inputs[0][1]], flow.schemas[task_id])
             if match is not None and work.fits(task_id, match[0]):
                 share = Contained(task_id, task.type, match[0].id, match[1])
                 shares.append(share)
@@ -181,7 +185,7 @@ def _readers(state: State, parent: str, task_type: str) -> list[TaskSpec]:
     return sorted((spec for spec in found if len(spec.inputs) == 1), key=lambda spec: spec.id)
 
 
-def _filter_container(state: State, task: Task, parent: str) -> tuple[TaskSpec, dict[str, Any] | None] | None:
+def _filter_container(state: State, task: Task, parent: str, _: Schema) -> tuple[TaskSpec, dict[str, Any] | None] | None:
     """The narrowest running filter over ``parent`` that ``task``'s predicate implies, with the residual config."""
     schema = state.tasks[parent].schema
     expr = task.config["expr"]
@@ -216,7 +220,7 @@ def _running_equivalent(state: State, wider: str, rest: str, schema: dict[str, s
     return rest
 
 
-def _select_container(state: State, task: Task, parent: str) -> tuple[TaskSpec, dict[str, Any]] | None:
+def _select_container(state: State, task: Task, parent: str, _: Schema) -> tuple[TaskSpec, dict[str, Any]] | None:
     """The first running select over ``parent`` whose output ``task``'s columns can be computed from."""
     schema = state.tasks[parent].schema
     for spec in _readers(state, parent, "select"):
@@ -224,6 +228,56 @@ def _select_container(state: State, task: Task, parent: str) -> tuple[TaskSpec, 
         if columns is not None:
             return spec, {**task.config, "columns": columns}
     return None
+
+
+def _window_container(state: State, task: Task, parent: str, output: Schema) -> tuple[TaskSpec, dict[str, Any]] | None:
+    """The first running tumbling ``window_aggregate`` over ``parent`` that ``task`` (tumbling too) rolls up: the same
+    keys, time column and watermark, a window that divides ``task``'s, and every aggregate derivable from the running
+    one's output (``count`` and ``sum`` as sums of the running counts and sums, ``min`` and ``max`` as themselves;
+    ``avg`` is not, it would need a select after). The residual is a window aggregate over the running one's output
+    with the new window, on ``window_start``, with a watermark delay of 1 ms (see docs/reuse.md for why that loses nothing
+    and when the results equal the task's own)."""
+    config = task.config
+    if config.get("slide") not in (None, config["window"]):
+        return None
+    for spec in _readers(state, parent, "window_aggregate"):
+        theirs = spec.config
+        if (theirs.get("slide") not in (None, theirs["window"]) or theirs["keys"] != config["keys"]
+                or theirs["time_column"] != config["time_column"] or theirs["watermark"] != config["watermark"]
+                or duration_ms(config["window"]) % duration_ms(theirs["window"])):
+            continue
+        aggregates = rolled_up(config["aggregates"], theirs["aggregates"])
+        if aggregates is None:
+            continue
+        rollup = {**without_runtime_keys(config), "time_column": "window_start", "watermark": "1 milliseconds",
+                  "aggregates": aggregates}
+        rollup.pop("slide", None)
+        try:
+            model = WINDOW_AGGREGATE.config_model.model_validate(rollup)
+            if WINDOW_AGGREGATE.output_schema(model, {"in": [spec.schema]}) != output:
+                continue
+        except (ValueError, OperatorConfigInvalid):
+            continue
+        canonical = without_runtime_keys(tidy_runtime_keys(model.model_dump(mode="json", by_alias=True)))
+        return spec, {**canonical, **{key: value for key, value in config.items() if key not in canonical
+                                      and key not in ("time_column", "watermark", "aggregates", "slide")}}
+    return None
+
+
+def rolled_up(wanted: Mapping[str, str], running: Mapping[str, str]) -> dict[str, str] | None:
+    """Each wanted aggregate as one over the running aggregate's output columns, or None if one is not derivable."""
+    by_call = {aggregate_call(text): name for name, text in running.items()}
+    derived: dict[str, str] = {}
+    for name, text in wanted.items():
+        function, column = aggregate_call(text)
+        source = by_call.get((function, column))
+        if function == "avg" or source is None:
+            return None
+        derived[name] = f"{'sum' if function == 'count' else function}({source})"
+    return derived
+
+
+_CONTAINERS = {"filter": _filter_container, "select": _select_container, "window_aggregate": _window_container}
 
 
 @lru_cache(maxsize=65_536)

@@ -24,7 +24,7 @@ from runtime.spark.session import spark_session
 from tests.fixtures.dataflows import source, stream, task
 from tests.fixtures.kafka_io import produce, read_all, values, wait_for
 from tests.fixtures.sharing import raise_dead_queries, wait_sink
-from tests.fixtures.streams import URBAN, as_written, multiset, urban_records
+from tests.fixtures.streams import URBAN, as_written, iso, multiset, urban_records
 from tests.manager.test_implication import DOUBLES, INTS, ROWS, SCHEMA, STRINGS
 
 pytestmark = [pytest.mark.spark]
@@ -183,3 +183,47 @@ def test_contained_dataflows_give_what_they_give_alone_and_outlive_the_wider_one
     assert not manager.state.tasks
     wait_for(lambda: not manager.runtime.queries, 30, "every query stopped", lambda: raise_dead_queries(manager))
     assert multiset(values(read_all(kafka_bootstrap, sinks["wide"]))) == multiset(expected["wide"](produced[:200]))
+
+
+def windowed(name: str, topic: str, sink: str, window: str, aggregates: dict[str, str]) -> dict:
+    return {"name": name, "tasks": [
+        source("src", topic, dict(URBAN)),
+        task("win", "window_aggregate", keys=["sensor"], time_column="ts", window=window, watermark="5 seconds",
+             aggregates=aggregates),
+        task("out", "sink", topic=sink)], "streams": [stream("src", "win"), stream("win", "out")]}
+
+
+def window_rows(records: list[dict], size: int, last_end: int) -> list[dict]:
+    """count, max and sum of temp per sensor and tumbling window of ``size`` s, for windows ending by ``last_end``."""
+    groups: dict[tuple[str, int], list[float]] = {}
+    for record in records:
+        start = int(record["humidity"]) // size * size  # event time = the sequence number, in seconds
+        if start + size <= last_end:
+            groups.setdefault((record["sensor"], start), []).append(record["temp"])
+    return [{"sensor": sensor, "window_start": iso(start), "window_end": iso(start + size), "n": len(temps),
+             "hi": max(temps), "s": sum(temps)} for (sensor, start), temps in groups.items()]
+
+
+@pytest.mark.kafka
+@pytest.mark.redis
+@pytest.mark.slow
+def test_a_rolled_up_window_gives_what_it_gives_alone(manager_factory, kafka_bootstrap, topic_factory):
+    """In-order input (each record within the watermark of its 10 s window): the 30 s windows read from the 10 s
+    ones equal the 30 s windows computed from the records (sums of whole-number temperatures: exact)."""
+    manager = manager_factory(trigger_s=0.5)
+    urban = topic_factory("urban")
+    aggregates = {"n": "count(*)", "hi": "max(temp)", "s": "sum(temp)"}
+    short = manager.submit(windowed("short", urban, f"{urban}-short", "10 seconds", aggregates))
+    long = manager.submit(windowed("long", urban, f"{urban}-long", "30 seconds", aggregates))
+    (share,) = long.contained
+    assert (share["kind"], share["reads"]) == ("window_aggregate", short.tasks["win"])
+    records = urban_records(0, 300)
+    for start in range(0, 300, 50):  # several micro-batches, in event-time order
+        produce(kafka_bootstrap, urban, records[start:start + 50])
+        time.sleep(0.6)
+    # max event time 299, watermark 294: the 10 s windows up to [280, 290) are out, so the 30 s ones up to [240, 270)
+    expected_long = window_rows(records, 30, 270)
+    received = wait_for(lambda: (got := values(read_all(kafka_bootstrap, f"{urban}-long"))) and len(got) >= len(expected_long)
+                        and got, 120, "the rolled-up windows", lambda: raise_dead_queries(manager))
+    assert multiset(received) == multiset(expected_long)
+    wait_sink(manager, kafka_bootstrap, f"{urban}-short", window_rows(records, 10, 290))

@@ -1,0 +1,171 @@
+"""Containment sharing in the manager (dry run, real Redis): which shares it takes, and that traces keep the invariants.
+
+Dataflows are chains over one stream of a filter (thresholds and ranges on two columns), a select (a few of
+five derived columns) and a tumbling window aggregate (windows of 10 s to 2 min, four aggregates), with
+parameters drawn so that many contain one another. Random traces of submits and removals are checked after
+every step by tests/fixtures/invariants.py: the running set is exactly what the dataflows run as (each
+rewritten by its recorded shares), every share is proved again independently, and nothing runs for nobody.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from manager.service import Manager
+from runtime.dryrun import DryRunRuntime
+from tests.fixtures.dataflows import stream, task
+from tests.fixtures.invariants import check_state
+from tests.conftest import REDIS_URL, delete_prefix
+
+pytestmark = pytest.mark.redis
+
+SCHEMA = {"sensor": "string", "temp": "double", "humidity": "double", "ts": "timestamp"}
+DERIVED = {"sensor": "sensor", "f": "temp * 9 / 5 + 32", "wet": "humidity > 60", "ts": "ts", "t": "temp"}
+
+
+def chain(name: str, expr: str | None, columns: list[str] | None, window: str | None, aggregates: dict | None) -> dict:
+    tasks = [{"id": "src", "type": "source", "config": {"topic": "readings", "schema": dict(SCHEMA)}}]
+    streams = []
+    last = "src"
+    for task_id, item in (("keep", expr and task("keep", "filter", expr=expr)),
+                          ("proj", columns and task("proj", "select", columns={c: DERIVED[c] for c in columns})),
+                          ("win", window and task("win", "window_aggregate", keys=["sensor"], time_column="ts",
+                                                  window=window, watermark="5 seconds", aggregates=aggregates))):
+        if item:
+            tasks.append(item)
+            streams.append(stream(last, task_id))
+            last = task_id
+    tasks.append({"id": "out", "type": "sink", "config": {"topic": f"out-{name}"}})
+    streams.append(stream(last, "out"))
+    return {"name": name, "tasks": tasks, "streams": streams}
+
+
+@st.composite
+def dataflows(draw, index: int) -> dict:
+    # few choices, often the same, so that chains meet on the same running parent
+    expr = draw(st.sampled_from([None, None, "temp > 20", "temp > 30", "30 < temp", "temp > 30 AND humidity < 50",
+                                 "temp BETWEEN 20 AND 40"]))
+    columns = draw(st.sampled_from([None, None, ["sensor", "ts", "t"], ["sensor", "ts", "f", "t"], ["sensor", "ts", "f"],
+                                    ["sensor", "ts", "wet", "t"]]))
+    window = aggregates = None
+    if draw(st.booleans()):
+        window = draw(st.sampled_from(["10 seconds", "10 seconds", "30 seconds", "1 minute", "2 minutes"]))
+        value = "t" if columns and "t" in columns else "temp" if not columns else None
+        pool = {"n": "count(*)", **({"hi": f"max({value})", "lo": f"min({value})", "s": f"sum({value})"} if value else {})}
+        chosen = draw(st.lists(st.sampled_from(sorted(pool)), min_size=1, max_size=len(pool), unique=True))
+        aggregates = {name: pool[name] for name in chosen}
+    return chain(f"df{index}", expr, columns, window, aggregates)
+
+
+@st.composite
+def traces(draw) -> list[tuple[str, dict | int]]:
+    steps: list[tuple[str, dict | int]] = []
+    alive: list[int] = []
+    for index in range(draw(st.integers(4, 9))):
+        if alive and draw(st.integers(0, 3)) == 0:
+            steps.append(("remove", alive.pop(draw(st.integers(0, len(alive) - 1)))))
+        steps.append(("add", draw(dataflows(index))))
+        alive.append(index)
+    while alive and draw(st.booleans()):
+        steps.append(("remove", alive.pop(draw(st.integers(0, len(alive) - 1)))))
+    return steps
+
+
+@pytest.fixture
+def make_manager():
+    client = redis.Redis.from_url(REDIS_URL)
+    prefixes: list[str] = []
+
+    def make(**options) -> Manager:
+        prefix = f"contain-{uuid.uuid4().hex[:10]}"
+        prefixes.append(prefix)
+        manager = Manager(client, prefix, DryRunRuntime(client, prefix), **options)
+        manager.start()
+        return manager
+
+    yield make
+    for prefix in prefixes:
+        delete_prefix(client, prefix)
+    client.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(trace=traces())
+def test_traces_with_containment_keep_the_invariants(make_manager, trace):
+    manager = make_manager()
+    submitted: dict[str, dict] = {}
+    ids: dict[int, str] = {}
+    for step, (op, item) in enumerate(trace):
+        if op == "add":
+            result = manager.submit(item)
+            ids[int(item["name"][2:])] = result.id
+            submitted[result.id] = item
+            for share in result.contained:
+                event(f"contained {share['kind']}{' (equivalent)' if share['residual'] is None else ''}")
+            assert set(result.tasks) == {entry["id"] for entry in item["tasks"]}
+        else:
+            dataflow_id = ids.pop(item)
+            before = set(manager.state.tasks)
+            removed = manager.remove(dataflow_id)
+            del submitted[dataflow_id]
+            assert set(removed.terminated) == before - set(manager.state.tasks)
+        check_state(manager.state, submitted)
+    store = manager.ledger.store
+    restarted = Manager(store.redis, store.prefix, DryRunRuntime(store.redis, store.prefix))
+    restarted.start()
+    check_state(restarted.state, submitted)  # the shares are stored with the dataflows
+
+
+def test_a_narrower_filter_reads_the_wider_one_and_keeps_it_running(make_manager):
+    manager = make_manager()
+    wide = manager.submit(chain("wide", "temp > 20", None, None, None))
+    narrow = manager.submit(chain("narrow", "temp > 30 AND humidity < 50", None, None, None))
+    assert narrow.contained == [{"task": "keep", "kind": "filter", "reads": wide.tasks["keep"],
+                                 "residual": {"expr": "temp > 30 AND humidity < 50"}}]
+    assert narrow.reused == ["src"] and narrow.created == ["keep", "out"]
+    same = manager.submit(chain("same", "humidity < 50 AND temp > 30", None, None, None))
+    assert same.tasks["keep"] == narrow.tasks["keep"]  # the residual, shared exactly (an equivalent predicate)
+    manager.remove(wide.id)
+    assert wide.tasks["keep"] in manager.state.tasks, "the wider filter stops while a narrower one reads it"
+    assert manager.state.users[wide.tasks["keep"]] == {narrow.id, same.id}
+    stats = manager.stats()
+    assert stats["containment_shares"] == {"filter": 2, "select": 0, "equivalent": 0}
+    assert stats["submitted_tasks"] == 6  # the documents' tasks, not the wider filter each reads
+    manager.remove(narrow.id)
+    manager.remove(same.id)
+    assert not manager.state.tasks
+
+
+def test_an_equivalent_predicate_is_the_running_filter(make_manager):
+    manager = make_manager()
+    first = manager.submit(chain("a", "temp > 20 AND temp > 25", None, None, None))
+    second = manager.submit(chain("b", "25 < temp", None, None, None))
+    assert second.tasks["keep"] == first.tasks["keep"] and second.created == ["out"]
+    assert second.contained == [{"task": "keep", "kind": "filter", "reads": first.tasks["keep"], "residual": None}]
+
+
+def test_a_longer_window_rolls_up_a_running_one(make_manager):
+    manager = make_manager()
+    short = manager.submit(chain("short", None, None, "10 seconds", {"n": "count(*)", "hi": "max(temp)"}))
+    long = manager.submit(chain("long", None, None, "1 minute", {"count": "count(*)", "top": "max(temp)"}))
+    (share,) = long.contained
+    assert (share["task"], share["reads"]) == ("win", short.tasks["win"])
+    assert share["residual"]["aggregates"] == {"count": "SUM(n)", "top": "MAX(hi)"}
+    assert share["residual"]["time_column"] == "window_start" and share["residual"]["window"] == "60 seconds"
+    not_derivable = manager.submit(chain("avg", None, None, "1 minute", {"mean": "avg(temp)"}))
+    assert not_derivable.contained == []
+    not_a_multiple = manager.submit(chain("odd", None, None, "15 seconds", {"n": "count(*)"}))
+    assert not_a_multiple.contained == []
+
+
+def test_containment_off_shares_only_equivalent_tasks(make_manager):
+    manager = make_manager(containment=False)
+    manager.submit(chain("wide", "temp > 20", None, None, None))
+    narrow = manager.submit(chain("narrow", "temp > 30", None, None, None))
+    assert narrow.contained == [] and narrow.created == ["keep", "out"]
+    assert manager.stats()["containment"] is False
