@@ -28,7 +28,7 @@ from api.guard import RequestGuard
 from api.health import check_redis
 from api.ratelimit import RateLimiter
 from api.services import Services, build_services
-from api.visibility import check_visible, cost_answer, removal_answer, submit_answer
+from api.visibility import check_visible, cost_answer, removal_answer, submit_answer, visible_shares
 from manager.document import DataflowDocument
 from manager.service import Manager, task_wan_fields
 from manager.validate import parse_dataflow
@@ -145,7 +145,7 @@ def _routes(app: FastAPI) -> None:
         return {
             "dataflows": [
                 {"id": flow.id, "name": flow.name, "owner": flow.owner, "submitted_at": _iso(flow.submitted_at),
-                 "tasks": flow.submitted_tasks(), **({"contained": flow.shares()} if flow.contained else {}),
+                 "tasks": flow.submitted_tasks(), "contained": visible_shares(principal, flow, flows),
                  **statuses[flow.id]}
                 for flow in flows
             ]
@@ -160,8 +160,10 @@ def _routes(app: FastAPI) -> None:
         """
         flow = manager.dataflow(dataflow_id)
         check_visible(principal, flow.owner, dataflow_id)
+        theirs = [] if principal.admin else [other for other in manager.snapshot().dataflows.values()
+                                             if other.owner == flow.owner]
         return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.submitted_tasks(),
-                "sinks": flow.sinks, "document": flow.document, **({"contained": flow.shares()} if flow.contained else {}),
+                "sinks": flow.sinks, "document": flow.document, "contained": visible_shares(principal, flow, theirs),
                 **manager.statuses([flow], details=principal.admin)[flow.id]}
 
     @app.get("/dataflows/{dataflow_id}/cost", response_model=schemas.DataflowCostOut, responses=_ERRORS)

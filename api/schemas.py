@@ -12,6 +12,15 @@ class SinkTarget(BaseModel):
     topic: str = Field(description="The Kafka topic carrying the sink's output.")
 
 
+class ContainedOut(BaseModel):
+    task: str = Field(description="The submitted task that reads a running task containing it.")
+    kind: str = Field(description="filter, select or window_aggregate.")
+    reads: str = Field(description="The running task it reads (a wider filter, a select it computes from, a shorter "
+                       "window it rolls up).")
+    residual: dict[str, Any] | None = Field(description="The config the task runs over that output; null when it is "
+                                            "the running task itself (an equivalent predicate).")
+
+
 class SubmitResponse(BaseModel):
     id: str
     name: str
@@ -32,6 +41,8 @@ class SubmitResponse(BaseModel):
                                      "DATAFLOW_DUPLICATE).")
     warnings: list[str] = Field([], description="What the submitter should know, in words: a duplicate, or a dataflow "
                                 "of the same owner and name writing one of the same topics but computing something else.")
+    contained: list[ContainedOut] = Field([], description="Containment shares (docs/containment.md); for a user, only "
+                                          "those reading tasks their own dataflows already used.")
 
 
 class TaskFailureOut(BaseModel):
@@ -68,6 +79,7 @@ class DataflowSummary(DataflowStatus):
     owner: str | None = None
     submitted_at: str = Field(description="ISO 8601, UTC.")
     tasks: dict[str, str]
+    contained: list[ContainedOut] = Field([], description="Containment shares (docs/containment.md).")
 
 
 class DataflowList(BaseModel):
@@ -124,6 +136,9 @@ class StatsOut(BaseModel):
     saving_percent: float = Field(description="100 * (submitted - running) / submitted tasks.")
     sharing_histogram: dict[str, int] = Field(description="Number of dataflows using a task -> number of such tasks.")
     sharing: bool = Field(True, description="False when the service runs every dataflow alone (SANA_SHARING=false).")
+    containment: bool = Field(True, description="False when only equivalent tasks are shared (SANA_CONTAINMENT=false).")
+    containment_shares: dict[str, int] = Field({}, description="Running containment shares per kind: filter, select, "
+                                               "window_aggregate, equivalent.")
     wan_configured: bool = Field(False, description="Whether a WAN configuration is set (GET /wan answers 404 without one).")
 
 

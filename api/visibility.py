@@ -25,6 +25,7 @@ point of view instead, where the other owners' dataflows do not exist:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from manager.exceptions import DataflowNotFound
@@ -69,12 +70,20 @@ def submit_answer(principal: Principal, result: SubmitResult) -> dict[str, Any]:
     reused = [task for task in result.reused if result.tasks[task] in own]
     answer["reused"] = reused
     answer["created"] = [task for task in result.tasks if task not in set(reused)]
-    if result.contained:
-        answer["contained"] = [share for share in result.contained if share["reads"] in own]
+    answer["contained"] = [share for share in result.contained if share["reads"] in own]
     answer["not_shared"] = [row for row in result.not_shared if row.get("equivalent") in own]
     for field in ADMIN_ONLY_SUBMIT_FIELDS:
         answer.pop(field, None)
     return answer
+
+
+def visible_shares(principal: Principal, flow: SubmittedDataflow, own: Iterable[SubmittedDataflow]) -> list[dict[str, Any]]:
+    """``flow``'s containment shares as ``principal`` may see them: an admin all; a user those reading a running task
+    that one of ``own`` (the owner's dataflows) runs as a task of its document, not only as the task a share reads."""
+    if principal.admin:
+        return flow.shares()
+    theirs = {running for other in own for running in other.submitted_tasks().values()}
+    return [share for share in flow.shares() if share["reads"] in theirs]
 
 
 def removal_answer(principal: Principal, answer: dict[str, Any], removed_tasks: set[str], owner: str | None,

@@ -9,7 +9,11 @@ reading the same stream *contains* a new one:
   only the conjuncts the running predicate does not imply (its *residual*); an
   equivalent predicate reads the running filter as it is, with no task of its own;
 - a ``select`` whose columns are computed from a running select's output
-  (:mod:`runtime.operators.projection`) reads that output.
+  (:mod:`runtime.operators.projection`) reads that output;
+- a tumbling ``window_aggregate`` whose window is a multiple of a running
+  one's (same keys, time column and watermark, aggregates derivable from its
+  output) rolls it up (:func:`rolled_up`; docs/containment.md says when the
+  results are the same).
 
 The rewritten dataflow holds the running task as a task of its own (id
 ``<task>~wider``), so the ordinary reuse lookup finds it by signature and the
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +74,7 @@ class Contained:
 
 
 def contain(state: State, flow: Dataflow) -> tuple[Dataflow, tuple[Contained, ...]]:
-    """``flow`` rewritten to read running tasks that contain its filters and selects, and the shares found.
+    """``flow`` rewritten to read running tasks that contain its filters, selects and windows, and the shares found.
 
     >>> from manager.validate import parse_dataflow
     >>> def flow(name, expr): return parse_dataflow({"name": name, "tasks": [
@@ -289,9 +293,17 @@ def _columns(expr: str) -> frozenset[str] | None:
         return None
 
 
+def read_by_owner(state: State, owner: str | None, shares: Iterable[Contained]) -> frozenset[str]:
+    """The running tasks ``shares`` read that a dataflow of ``owner`` runs as a task of its document (not only as
+    the task a share of its reads): those an owner may be told about."""
+    return frozenset(share.reads for share in shares
+                     if any(state.dataflows[user].owner == owner and share.reads in state.dataflows[user].submitted_tasks().values()
+                            for user in state.users.get(share.reads, ())))
+
+
 def containment_shares(state: State) -> dict[str, int]:
     """Running containment shares by kind (``equivalent``: a predicate equal to a running one's, read as is)."""
-    found = {"filter": 0, "select": 0, "equivalent": 0}
+    found = {"filter": 0, "select": 0, "window_aggregate": 0, "equivalent": 0}
     for flow in state.dataflows.values():
         for share in flow.contained.values():
             found["equivalent" if share["residual"] is None else share["kind"]] += 1

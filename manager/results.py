@@ -60,8 +60,7 @@ class SubmitResult:
             result["placement"] = self.placement
         if self.weighing:
             result["weighing"] = self.weighing
-        if self.contained:
-            result["contained"] = self.contained
+        result["contained"] = self.contained
         return result
 
 

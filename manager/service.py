@@ -29,7 +29,7 @@ from typing import Any
 import redis
 
 from manager import merge
-from manager.containment import containment_shares
+from manager.containment import containment_shares, read_by_owner
 from manager.costs import attribute
 from manager.duplicates import find_repeats
 from manager.exceptions import DataflowNotFound
@@ -169,9 +169,8 @@ class Manager:
             plan = merge.plan_merge(state, flow, self.clock(), sharing=self.sharing, measured=ledger.measured(),
                                     containment=self.containment)
             self.limits.check_service(state, plan.new_tasks)
-            named = {plan.dataflow.tasks[task] for task in plan.reused} | {row["equivalent"] for row in plan.not_shared} \
-                | {share.reads for share in plan.contained}
-            owner_tasks = owned_among(state, flow.owner, named)
+            named = {plan.dataflow.tasks[task] for task in plan.reused} | {row["equivalent"] for row in plan.not_shared}
+            owner_tasks = owned_among(state, flow.owner, named) | read_by_owner(state, flow.owner, plan.contained)
             version = ledger.deploy_and_commit("merge", plan.change, lambda: ledger.store.commit_merge(plan, state),
                                                plan.dataflow.id)
             merge.apply_merge(state, plan)

@@ -61,7 +61,7 @@ function renderStats(stats) {
   $("saving").textContent = `${stats.saving_percent}%`;
   const shares = stats.containment_shares || {};
   $("contained-count").textContent = stats.containment === false ? "off"
-    : (shares.filter || 0) + (shares.select || 0) + (shares.equivalent || 0);
+    : Object.values(shares).reduce((sum, count) => sum + count, 0);
   $("dataflow-count").textContent = stats.submitted_dataflows;
   $("dag-count").textContent = stats.running_dags;
   $("fragment-count").textContent = stats.fragments;

@@ -148,3 +148,31 @@ def test_limits_name_no_other_owner(settings_factory, tmp_path):
         assert over.json()["detail"].startswith("owner 'bob' has 1 dataflows")
         assert "retry-after" not in over.headers
         _names_nothing_of_alice(over, [alice["id"]])
+
+
+def test_a_containment_share_on_another_owners_filter_is_not_named(service):
+    alice = service.post("/dataflows", json=urban_etl("alice.a", threshold=20), headers=_as("alice")).json()
+    bob = service.post("/dataflows", json=urban_etl("bob.b", threshold=30), headers=_as("bob"))
+    _names_nothing_of_alice(bob, [alice["id"]])
+    assert bob.json()["contained"] == [] and alice["tasks"]["hot"] not in bob.text
+    for answer in (service.get("/dataflows", headers=_as("bob")), service.get(f"/dataflows/{bob.json()['id']}",
+                                                                              headers=_as("bob"))):
+        _names_nothing_of_alice(answer, [alice["id"]])
+        assert alice["tasks"]["hot"] not in answer.text
+    # the admin sees the share: bob's filter reads alice's wider one
+    (share,) = service.get(f"/dataflows/{bob.json()['id']}", headers=_as("ops")).json()["contained"]
+    assert (share["kind"], share["reads"]) == ("filter", alice["tasks"]["hot"])
+    assert service.get("/stats", headers=_as("bob")).json()["containment_shares"]["filter"] == 1
+    # bob's narrower filter reads alice's too (the narrowest over the source): not named either
+    hidden = service.post("/dataflows", json=urban_etl("bob.c", threshold=40), headers=_as("bob"))
+    assert hidden.json()["contained"] == [] and alice["tasks"]["hot"] not in hidden.text
+    # once bob runs alice's filter as his own (temp > 20: shared exactly), a share reading it is his to know
+    same = service.post("/dataflows", json=urban_etl("bob.d", threshold=20), headers=_as("bob")).json()
+    assert same["tasks"]["hot"] == alice["tasks"]["hot"]
+    told = service.post("/dataflows", json=urban_etl("bob.e", threshold=45), headers=_as("bob")).json()
+    assert [item["reads"] for item in told["contained"]] == [alice["tasks"]["hot"]]
+    # and so are the earlier shares on it, now that he runs it
+    listed = {flow["id"]: [share["reads"] for share in flow["contained"]]
+              for flow in service.get("/dataflows", headers=_as("bob")).json()["dataflows"]}
+    hot = alice["tasks"]["hot"]
+    assert listed == {bob.json()["id"]: [hot], hidden.json()["id"]: [hot], same["id"]: [], told["id"]: [hot]}

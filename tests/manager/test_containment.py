@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from manager.service import Manager
 from runtime.dryrun import DryRunRuntime
-from tests.fixtures.dataflows import stream, task
+from tests.fixtures.dataflows import source, stream, task
 from tests.fixtures.invariants import check_state
+from tests.manager.test_wan_sharing import WAN
 from tests.conftest import REDIS_URL, delete_prefix
 
 pytestmark = pytest.mark.redis
@@ -134,7 +135,7 @@ def test_a_narrower_filter_reads_the_wider_one_and_keeps_it_running(make_manager
     assert wide.tasks["keep"] in manager.state.tasks, "the wider filter stops while a narrower one reads it"
     assert manager.state.users[wide.tasks["keep"]] == {narrow.id, same.id}
     stats = manager.stats()
-    assert stats["containment_shares"] == {"filter": 2, "select": 0, "equivalent": 0}
+    assert stats["containment_shares"] == {"filter": 2, "select": 0, "window_aggregate": 0, "equivalent": 0}
     assert stats["submitted_tasks"] == 6  # the documents' tasks, not the wider filter each reads
     manager.remove(narrow.id)
     manager.remove(same.id)
@@ -169,3 +170,32 @@ def test_containment_off_shares_only_equivalent_tasks(make_manager):
     narrow = manager.submit(chain("narrow", "temp > 30", None, None, None))
     assert narrow.contained == [] and narrow.created == ["keep", "out"]
     assert manager.stats()["containment"] is False
+
+
+@pytest.mark.parametrize("link_mbps", [5, 1])
+def test_with_a_wan_a_containment_share_goes_through_algorithm_1(make_manager, link_mbps):
+    """The wider filter (8 Mbps out) runs at P; a narrower one whose sink is at P reads it there. One whose sink is
+    at H2 reads it too when its residual, placed at P, ships 4 Mbps over the 5 Mbps link P -> H2 (a narrower stream
+    than the wider one it reads); over a 1 Mbps link Algorithm 1 refuses, and it is planned without containment."""
+    manager = make_manager()
+    links = [{**link, "bandwidth_mbps": link_mbps} if (link["from"], link["to"]) == ("P", "H2") else link
+             for link in WAN["links"]]
+    manager.set_wan({**WAN, "links": links})
+
+    def filtered(name: str, expr: str, site: str) -> dict:
+        sink = task("out", "sink", topic=f"out-{name}")
+        sink["site"] = site
+        return {"name": name, "tasks": [source("src", "urban"), task("keep", "filter", expr=expr), sink],
+                "streams": [stream("src", "keep"), stream("keep", "out")]}
+
+    wide = manager.submit(filtered("wide", "temp > 20", "P"))
+    assert wide.sites["keep"] == "P"
+    near = manager.submit(filtered("near", "temp > 30", "P"))
+    assert [(share["reads"], near.sites["keep"]) for share in near.contained] == [(wide.tasks["keep"], "P")]
+    far = manager.submit(filtered("far", "temp > 35", "H2"))
+    if link_mbps == 5:
+        assert [share["reads"] for share in far.contained] == [wide.tasks["keep"]] and far.sites["keep"] == "P"
+        assert manager.state.users[wide.tasks["keep"]] == {wide.id, near.id, far.id}
+    else:
+        assert far.contained == [] and far.reused == ["src"] and far.sites["keep"] == "H2"
+        assert manager.state.users[wide.tasks["keep"]] == {wide.id, near.id}

@@ -139,7 +139,7 @@ def test_contained_dataflows_give_what_they_give_alone_and_outlive_the_wider_one
     assert narrow.contained[0]["residual"] == {"expr": "temp > 35 AND sensor <> 's1'"}
     assert [(share["task"], share["reads"]) for share in rebased.contained] == [("p", proj.tasks["p"])]
     assert rebased.tasks["f"] == wide.tasks["f"]  # exact share below the contained select
-    assert manager.stats()["containment_shares"] == {"filter": 1, "select": 1, "equivalent": 0}
+    assert manager.stats()["containment_shares"] == {"filter": 1, "select": 1, "window_aggregate": 0, "equivalent": 0}
 
     produced: list[dict] = []
     batch = urban_records(0, 200)
