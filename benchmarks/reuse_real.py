@@ -53,8 +53,9 @@ class RealService:
 
     def __init__(self, run_dir: Path, *, sharing: bool, redis_url: str, records: Callable[[str, int], Callable],
                  master: str = "local[2]", rate: float = 10.0, settle_s: float = 5.0, measure_s: float = 20.0,
-                 trigger_s: float = 1.0, keyed_workers: int = 8, step_s: float = 0.0) -> None:
-        """``records(topic, seed)`` gives ``make(i, at)``, the ``i``-th input record of a source topic."""
+                 trigger_s: float = 1.0, keyed_workers: int = 8, step_s: float = 0.0, containment: bool = True) -> None:
+        """``records(topic, seed)`` gives ``make(i, at)``, the ``i``-th input record of a source topic;
+        ``containment`` is ``SANA_CONTAINMENT`` (docs/reuse.md, "Containment sharing")."""
         self.run_dir = run_dir
         self.records = records
         self.sharing = sharing
@@ -70,6 +71,7 @@ class RealService:
         run_dir.mkdir(parents=True, exist_ok=True)
         env = {key: value for key, value in os.environ.items() if not key.startswith("SANA_")}
         env.update(SANA_STATE_PREFIX=self.prefix, SANA_REDIS_URL=redis_url, SANA_SHARING="1" if sharing else "0",
+                   SANA_CONTAINMENT="1" if containment else "0",
                    SANA_SPARK_MASTER=master, SANA_TRIGGER_S=str(trigger_s),
                    SANA_KEYED_WORKERS=str(keyed_workers), SANA_EMBEDDED_KAFKA_PORT=str(self.broker_port),
                    SANA_CHECKPOINT_DIR=str(run_dir / "checkpoints"), SANA_RUN_DIR=str(run_dir / "run"),
@@ -279,7 +281,8 @@ RETRIES = 3
 def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, sharing: bool, run_dir: Path,
               redis_url: str, records: Callable[[str, int], Callable], rate: float, settle_s: float, measure_s: float,
               master: str, trigger_s: float, keyed_workers: int, label: str, step_s: float = 0.0,
-              checkpoint: Callable[[dict[str, Any]], None] = lambda partial: None) -> dict[str, Any]:
+              checkpoint: Callable[[dict[str, Any]], None] = lambda partial: None,
+              containment: bool = True) -> dict[str, Any]:
     """Every step of ``steps`` (``("add" | "remove" | "defrag", index into documents)``) through a fresh service.
 
     A change the service refuses (it says nothing changed) is tried again up to
@@ -291,7 +294,7 @@ def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, 
     progress = Progress(every=30.0)
     service = RealService(run_dir, sharing=sharing, redis_url=redis_url, records=records, master=master, rate=rate,
                           settle_s=settle_s, measure_s=measure_s, trigger_s=trigger_s, keyed_workers=keyed_workers,
-                          step_s=step_s)
+                          step_s=step_s, containment=containment)
     running: dict[int, str] = {}
     rows = []
     began = time.monotonic()
