@@ -15,6 +15,9 @@ record; a residual reads what its wider filter keeps). Then submit p50/p99 at ea
 dataflows with containment on and off (in process, Manager + DryRunRuntime on the real Redis).
 
     .venv/bin/python -m benchmarks.containment --apps 200 --levels 100,1000,10000 --probes 200
+    .venv/bin/python -m benchmarks.containment --real 10     # the real runtime: cores, containment off then on
+    .venv/bin/python -m benchmarks.containment --real 6 --real-workload dashboards --rate 500
+    .venv/bin/python -m benchmarks.containment --report      # tables into docs/containment.md, docs/img/containment.png
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ import random
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from benchmarks.measure import summary
+from runtime.operators.fields import duration_ms
 from benchmarks.targets import delete_prefix, redis_client
 from manager.results import Limits
 from manager.service import Manager
@@ -45,12 +51,16 @@ SCHEMA = {"sensor": "string", **{column: "double" for column in COLUMNS}, "ts": 
 DERIVED = {"sensor": "sensor", "temp_f": "temp * 9 / 5 + 32", "comfort": "humidity BETWEEN 30 AND 60",
            "bright": "light > 500", "dusty": "dust / 10", "ts": "ts"}
 STREAMS = ("city-a", "city-b", "city-c")
+WINDOWS = ("10 seconds", "30 seconds", "1 minute", "2 minutes", "5 minutes")
+DASHBOARDS = 0.3
+RATE = 50.0  # records/s per stream, in the real-runtime run and the records-read estimate
+SENSORS = 50
 
 
-def app(rng: random.Random, index: int, salt: str) -> dict[str, Any]:
-    """One app's dataflow."""
-    topic = rng.choice(STREAMS)
-    column = rng.choice(list(COLUMNS))
+def app(rng: random.Random, index: int, salt: str, dense: bool = False) -> dict[str, Any]:
+    """One app's dataflow (``dense``: all on the first stream, filtering temperature or humidity)."""
+    topic = STREAMS[0] if dense else rng.choice(STREAMS)
+    column = rng.choice(list(COLUMNS)[:2] if dense else list(COLUMNS))
     low, high, step = COLUMNS[column]
     threshold = round(rng.uniform(low + 0.3 * (high - low), low + 0.9 * (high - low)) / step) * step
     expr = f"{column} > {threshold:g}"
@@ -73,12 +83,35 @@ def app(rng: random.Random, index: int, salt: str) -> dict[str, Any]:
     return {"name": f"app{index}", "tasks": tasks, "streams": streams}
 
 
+def dashboard(rng: random.Random, index: int, salt: str, dense: bool = False) -> dict[str, Any]:
+    """A per-sensor dashboard: a tumbling window of 10 s to 5 min over one stream, some of count/max/min/sum."""
+    topic = STREAMS[0] if dense else rng.choice(STREAMS)
+    column = rng.choice(list(COLUMNS)[:2])
+    pool = {"n": "count(*)", "hi": f"max({column})", "lo": f"min({column})", "s": f"sum({column})"}
+    chosen = ["n", *rng.sample(["hi", "lo", "s"], rng.randint(1, 3))]
+    window = rng.choice(WINDOWS)
+    return {"name": f"dash{index}", "tasks": [
+        {"id": "src", "type": "source", "config": {"topic": topic, "schema": dict(SCHEMA)}},
+        {"id": "win", "type": "window_aggregate", "config": {
+            "keys": ["sensor"], "time_column": "ts", "window": window, "watermark": "5 seconds",
+            "aggregates": {name: pool[name] for name in chosen}}},
+        {"id": "out", "type": "sink", "config": {"topic": f"{salt}-dash{index}"}}],
+        "streams": [{"from": "src", "to": "win"}, {"from": "win", "to": "out"}]}
+
+
+def workload(rng: random.Random, index: int, salt: str, dense: bool = False) -> dict[str, Any]:
+    """One dataflow of the workload: a dashboard (30 %) or an app. ``dense`` puts every dataflow on the first
+    stream and filters on two columns: what a few users of one stream ask (the real-runtime run, where 2 cores
+    hold about ten dataflows)."""
+    return dashboard(rng, index, salt, dense) if rng.random() < DASHBOARDS else app(rng, index, salt, dense)
+
+
 def records_read(manager: Manager) -> float:
     """Records the running filters and selects read per source record, summed over them.
 
     A task reads what its parent outputs: a source 1, a filter the share of readings above its threshold (a
     residual's predicate here is its dataflow's own, which implies its wider filter's, so it outputs the same
-    share of the source), a select what it reads.
+    share of the source), a select what it reads, a window a row per sensor and window (at :data:`RATE`).
     """
     state = manager.state
     out: dict[str, float] = {}
@@ -89,9 +122,12 @@ def records_read(manager: Manager) -> float:
             out[task_id] = 1.0
             continue
         read = out[spec.inputs[0][1]]
-        if spec.type in ("filter", "select"):
+        if spec.type != "sink":
             total += read
-        out[task_id] = _kept(spec.config["expr"]) if spec.type == "filter" else read
+        if spec.type == "window_aggregate":  # a row per sensor and window, at RATE records/s per stream
+            out[task_id] = SENSORS / (RATE * duration_ms(spec.config["window"]) / 1000)
+        else:
+            out[task_id] = _kept(spec.config["expr"]) if spec.type == "filter" else read
     return total
 
 
@@ -103,48 +139,51 @@ def _kept(expr: str) -> float:
 
 def fill(manager: Manager, count: int, rng: random.Random, salt: str, start: int = 0) -> None:
     for index in range(start, start + count):
-        manager.submit(app(rng, index, salt))
+        manager.submit(workload(rng, index, salt))
         if (index - start + 1) % 2000 == 0:
             print(f"  {index - start + 1:,}/{count:,} submitted", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def dry_manager(variant: str) -> Iterator[tuple[Manager, str]]:
+    """A started Manager on the dry-run runtime under a fresh Redis prefix (deleted afterwards), containment on for
+    the ``containment`` variant; with the prefix, which salts sink topics."""
+    client = redis_client(REDIS_URL)
+    prefix = f"bench-contain-{uuid.uuid4().hex[:8]}"
+    manager = Manager(client, prefix, DryRunRuntime(client, prefix), containment=variant == "containment",
+                      limits=UNLIMITED)
+    manager.start()
+    try:
+        yield manager, prefix
+    finally:
+        delete_prefix(client, prefix)
+        client.close()
 
 
 def saving(apps: int, seed: int) -> list[dict[str, Any]]:
     rows = []
     for variant in ("exact", "containment"):
-        client = redis_client(REDIS_URL)
-        prefix = f"bench-contain-{uuid.uuid4().hex[:8]}"
-        manager = Manager(client, prefix, DryRunRuntime(client, prefix), containment=variant == "containment",
-                          limits=UNLIMITED)
-        manager.start()
-        try:
+        with dry_manager(variant) as (manager, prefix):
             fill(manager, apps, random.Random(seed), prefix)
             stats = manager.stats()
             rows.append({"variant": variant, "apps": apps, "submitted_tasks": stats["submitted_tasks"],
                          "running_tasks": stats["running_tasks"], "containment_shares": stats["containment_shares"],
                          "records_read_per_source_record": round(records_read(manager), 2)})
-        finally:
-            delete_prefix(client, prefix)
-            client.close()
     return rows
 
 
 def latency(levels: list[int], probes: int, seed: int) -> list[dict[str, Any]]:
     rows = []
     for variant in ("exact", "containment"):
-        client = redis_client(REDIS_URL)
-        prefix = f"bench-contain-{uuid.uuid4().hex[:8]}"
-        manager = Manager(client, prefix, DryRunRuntime(client, prefix), containment=variant == "containment",
-                          limits=UNLIMITED)
-        manager.start()
-        rng = random.Random(seed)
-        running = 0
-        try:
+        with dry_manager(variant) as (manager, prefix):
+            rng = random.Random(seed)
+            running = 0
             for level in levels:
                 fill(manager, level - running, rng, prefix, start=running)
                 running = level
                 submits, removes = [], []
                 for probe in range(probes):
-                    document = app(rng, 10_000_000 + probe, prefix)
+                    document = workload(rng, 10_000_000 + probe, prefix)
                     began = time.perf_counter()
                     result = manager.submit(document)
                     middle = time.perf_counter()
@@ -155,10 +194,140 @@ def latency(levels: list[int], probes: int, seed: int) -> list[dict[str, Any]]:
                 print(f"{variant:>11} at {level:>6,}: submit p50 {row['submit_ms']['p50']:.2f} ms, "
                       f"p99 {row['submit_ms']['p99']:.2f} ms", file=sys.stderr, flush=True)
                 rows.append(row)
-        finally:
-            delete_prefix(client, prefix)
-            client.close()
     return rows
+
+
+def record_maker(topic: str, seed: int):
+    """``make(i, at)``: a reading of ``topic`` (:data:`SENSORS` sensors, each column uniform over its range)."""
+    rng = random.Random(seed)
+
+    def make(i: int, at) -> dict[str, Any]:
+        return {"sensor": f"s{rng.randrange(SENSORS):02d}",
+                **{column: round(rng.uniform(low, high), 2) for column, (low, high, _) in COLUMNS.items()},
+                "ts": at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"}
+
+    return make
+
+
+def dashboards(salt: str) -> list[dict[str, Any]]:
+    """Six per-sensor dashboards over one stream, 10 s to 5 min, the 10 s one with every aggregate the others ask:
+    where containment saves most (every longer window rolls the 10 s one up instead of shuffling every record)."""
+    documents = []
+    for index, window in enumerate(("10 seconds", *WINDOWS[1:], "10 minutes")):
+        aggregates = {"n": "count(*)", "hi": "max(temp)", "lo": "min(temp)", "s": "sum(temp)"} if index == 0 else \
+            {"n": "count(*)", "hi": "max(temp)"} if index % 2 else {"n": "count(*)", "s": "sum(temp)"}
+        documents.append({"name": f"dash{index}", "tasks": [
+            {"id": "src", "type": "source", "config": {"topic": STREAMS[0], "schema": dict(SCHEMA)}},
+            {"id": "win", "type": "window_aggregate", "config": {
+                "keys": ["sensor"], "time_column": "ts", "window": window, "watermark": "5 seconds",
+                "aggregates": aggregates}},
+            {"id": "out", "type": "sink", "config": {"topic": f"{salt}-dash{index}"}}],
+            "streams": [{"from": "src", "to": "win"}, {"from": "win", "to": "out"}]})
+    return documents
+
+
+def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float, kind: str = "variants",
+         rate: float = RATE) -> list[dict[str, Any]]:
+    """``count`` dataflows of the workload (``kind`` ``variants``, dense) or the six :func:`dashboards` on
+    ``sana up`` (local Spark, its broker), containment off then on: the cores of the whole process tree once all
+    run, with the source producing at ``rate`` records/s."""
+    from benchmarks.reuse_real import RealService
+
+    rows = []
+    for containment in (False, True):
+        label = "containment" if containment else "exact"
+        rng = random.Random(seed)
+        documents = dashboards(f"real-{label}") if kind == "dashboards" else \
+            [workload(rng, index, f"real-{label}", dense=True) for index in range(count)]
+        count = len(documents)
+        service = RealService(run_dir / label, sharing=True, redis_url=REDIS_URL, records=record_maker, rate=rate,
+                              settle_s=settle_s, measure_s=measure_s, containment=containment, keyed_workers=2)
+        try:
+            service.feed(list(STREAMS[:1]))
+            for number, document in enumerate(documents, start=1):
+                service.submit(document)
+                print(f"{label}: {number}/{count} submitted", file=sys.stderr, flush=True)
+            measured = service.measure_step(time.monotonic(), service.cpu_s())
+            stats = service.client.get("/stats").raise_for_status().json()
+            sinks = service.check_sinks()
+        finally:
+            service.close()
+        row = {"variant": label, "workload": kind, "dataflows": count, "rate_per_stream": rate, "cores": measured["cores"],
+               "measured_s": measured["measured_s"], "running_tasks": measured["running_tasks"],
+               "queries": measured["queries"], "containment_shares": stats["containment_shares"], "sinks": sinks}
+        print(json.dumps({key: value for key, value in row.items() if key != "sinks"}), file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+MARKERS = ("<!-- containment results -->", "<!-- end containment results -->")
+
+
+def report(results: Path, docs: Path, image: Path) -> str:
+    """The results' tables (written into ``docs`` between :data:`MARKERS`) and a plot of what containment saves."""
+    dry = json.loads(results.read_text())
+    real_rows = []
+    for suffix in ("-real.json", "-real-dashboards.json"):
+        path = results.with_name(results.stem + suffix)
+        real_rows += json.loads(path.read_text()) if path.exists() else []
+    lines = ["Dry run, the workload's first 200 dataflows (`--apps 200`):", "",
+             "| | running tasks | containment shares (filter / select / window) | records read per source record |",
+             "|---|---:|---|---:|"]
+    for row in dry["saving"]:
+        shares = row["containment_shares"]
+        lines.append(f"| {row['variant']} | {row['running_tasks']} | {shares['filter']} / {shares['select']} / "
+                     f"{shares['window_aggregate']} | {row['records_read_per_source_record']} |")
+    lines += ["", "Submit and remove latency (in process, Manager and the dry-run runtime on the real Redis), ms:", "",
+              "| running dataflows | exact: submit p50 / p99 | containment: submit p50 / p99 | exact: remove p99 | "
+              "containment: remove p99 |", "|---:|---|---|---:|---:|"]
+    by_level: dict[int, dict[str, dict]] = {}
+    for row in dry["latency"]:
+        by_level.setdefault(row["running"], {})[row["variant"]] = row
+    for level, rows in sorted(by_level.items()):
+        exact, contained = rows["exact"], rows["containment"]
+        lines.append(f"| {level:,} | {exact['submit_ms']['p50']:.2f} / {exact['submit_ms']['p99']:.2f} | "
+                     f"{contained['submit_ms']['p50']:.2f} / {contained['submit_ms']['p99']:.2f} | "
+                     f"{exact['remove_ms']['p99']:.2f} | {contained['remove_ms']['p99']:.2f} |")
+    if real_rows:
+        lines += ["", "Real runtime (`sana up`, local Spark on 2 cores, one stream, cores of the whole process tree "
+                  f"over {real_rows[0]['measured_s']:.0f} s once all run):", "",
+                  "| workload | dataflows | records/s | | cores | running tasks | queries | containment shares "
+                  "(filter / select / window) | sink records (repeated) |", "|---|---:|---:|---|---:|---:|---:|---|---:|"]
+        for row in real_rows:
+            shares = row["containment_shares"]
+            lines.append(f"| {row.get('workload', 'variants')} | {row['dataflows']} | {row['rate_per_stream']:g} | "
+                         f"{row['variant']} | {row['cores']:.3f} | {row['running_tasks']} | {row['queries']} | "
+                         f"{shares['filter']} / {shares['select']} / {shares['window_aggregate']} | "
+                         f"{sum(topic['records'] for topic in row['sinks'].values()):,} "
+                         f"({sum(topic['repeated'] for topic in row['sinks'].values())}) |")
+    text = "\n".join(lines)
+    page = docs.read_text()
+    start, end = page.index(MARKERS[0]) + len(MARKERS[0]), page.index(MARKERS[1])
+    docs.write_text(page[:start] + "\n" + text + "\n" + page[end:])
+    _plot(dry, real_rows, image)
+    return text
+
+
+def _plot(dry: dict[str, Any], real_rows: list[dict[str, Any]], image: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("records read per source record", [row["records_read_per_source_record"] for row in dry["saving"]]),
+              ("running tasks", [row["running_tasks"] for row in dry["saving"]])]
+    for kind in dict.fromkeys(row.get("workload", "variants") for row in real_rows):
+        panels.append((f"cores, real runtime ({kind})",
+                       [row["cores"] for row in real_rows if row.get("workload", "variants") == kind]))
+    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
+    for axis, (title, values) in zip(axes, panels):
+        axis.bar(["exact", "containment"], values, color=["#8899aa", "#3377bb"])
+        axis.set_title(title, fontsize=10)
+        for x, value in enumerate(values):
+            axis.annotate(f"{value:g}", (x, value), ha="center", va="bottom", fontsize=9)
+    figure.suptitle("Containment sharing on the parameter-variant workload", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(image, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,7 +337,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", type=int, default=200)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/containment.json"))
+    parser.add_argument("--real", type=int, default=0, metavar="N",
+                        help="also run N dataflows of the workload on the real runtime, containment off then on")
+    parser.add_argument("--real-workload", choices=["variants", "dashboards"], default="variants")
+    parser.add_argument("--rate", type=float, default=RATE, help="records/s per stream in the real-runtime run")
+    parser.add_argument("--run-dir", type=Path, default=Path(".sana/bench-containment"))
+    parser.add_argument("--settle-s", type=float, default=30.0)
+    parser.add_argument("--measure-s", type=float, default=60.0)
+    parser.add_argument("--report", action="store_true",
+                        help="write the tables into docs/containment.md and the plot docs/img/containment.png")
     args = parser.parse_args(argv)
+    if args.report:
+        print(report(args.out, Path("docs/containment.md"), Path("docs/img/containment.png")))
+        return 0
+    if args.real:
+        rows = real(args.real, args.seed, args.run_dir, args.settle_s, args.measure_s, args.real_workload, args.rate)
+        suffix = "-real" if args.real_workload == "variants" else f"-real-{args.real_workload}"
+        path = args.out.with_name(args.out.stem + suffix + ".json")
+        path.write_text(json.dumps(rows, indent=2) + "\n")
+        print(f"wrote {path}", file=sys.stderr)
+        return 0
     saved = saving(args.apps, args.seed)
     for row in saved:
         print(json.dumps(row), file=sys.stderr)

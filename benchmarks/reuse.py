@@ -132,6 +132,8 @@ TargetFactory = Callable[[Workload, bool], Target]
 class DryRunTarget:
     """The manager in this process with ``DryRunRuntime``, on a real Redis under ``prefix``.
 
+    Containment sharing is off: this is the reuse paper's evaluation of sharing equivalent tasks, whose optimum
+    (:func:`optimum`) counts distinct signatures (docs/containment.md measures containment).
     :meth:`close` deletes every key under ``prefix``; the client stays open (its owner closes it).
     """
 
@@ -139,7 +141,7 @@ class DryRunTarget:
         self.client = client
         self.prefix = prefix
         self.runtime = DryRunRuntime(client, prefix)
-        self.manager = Manager(client, prefix, self.runtime, sharing=sharing)
+        self.manager = Manager(client, prefix, self.runtime, sharing=sharing, containment=False)
         self.manager.start()
 
     def submit(self, document: dict[str, Any]) -> str:

@@ -53,9 +53,10 @@ class RealService:
 
     def __init__(self, run_dir: Path, *, sharing: bool, redis_url: str, records: Callable[[str, int], Callable],
                  master: str = "local[2]", rate: float = 10.0, settle_s: float = 5.0, measure_s: float = 20.0,
-                 trigger_s: float = 1.0, keyed_workers: int = 8, step_s: float = 0.0, containment: bool = True) -> None:
+                 trigger_s: float = 1.0, keyed_workers: int = 8, step_s: float = 0.0, containment: bool = False) -> None:
         """``records(topic, seed)`` gives ``make(i, at)``, the ``i``-th input record of a source topic;
-        ``containment`` is ``SANA_CONTAINMENT`` (docs/reuse.md, "Containment sharing")."""
+        ``containment`` is ``SANA_CONTAINMENT``, off by default: the reuse paper's evaluation shares equivalent
+        tasks only (docs/containment.md measures containment)."""
         self.run_dir = run_dir
         self.records = records
         self.sharing = sharing
@@ -282,7 +283,7 @@ def run_trace(documents: list[dict[str, Any]], steps: list[tuple[str, int]], *, 
               redis_url: str, records: Callable[[str, int], Callable], rate: float, settle_s: float, measure_s: float,
               master: str, trigger_s: float, keyed_workers: int, label: str, step_s: float = 0.0,
               checkpoint: Callable[[dict[str, Any]], None] = lambda partial: None,
-              containment: bool = True) -> dict[str, Any]:
+              containment: bool = False) -> dict[str, Any]:
     """Every step of ``steps`` (``("add" | "remove" | "defrag", index into documents)``) through a fresh service.
 
     A change the service refuses (it says nothing changed) is tried again up to
