@@ -66,7 +66,7 @@ class Replacement:
 
 
 def plan_replacement(state: State, measured: Mapping[str, float], threshold: float,
-                     sharing: bool = True) -> Replacement:
+                     sharing: bool = True, containment: bool = False) -> Replacement:
     """What re-placement would do now: the hot links and, per dataflow crossing one, the tasks that would move.
 
     ``state`` is not changed. ``measured`` maps running task ids onto the Mbps the runtime measured them
@@ -83,7 +83,8 @@ def plan_replacement(state: State, measured: Mapping[str, float], threshold: flo
     failed: dict[str, dict[str, Any]] = {}
     while True:
         try:
-            work, dataflows, seeds = _replan(state, [d for d in order if d not in failed], links, measured, sharing)
+            work, dataflows, seeds = _replan(state, [d for d in order if d not in failed], links, measured, sharing,
+                                               containment)
             break
         except _CannotReplan as cannot:
             failed[cannot.dataflow_id] = {"dataflow": cannot.dataflow_id, "name": state.dataflows[cannot.dataflow_id].name,
@@ -110,7 +111,7 @@ class _CannotReplan(Exception):
 
 
 def _replan(state: State, order: list[str], links: Mapping[str, list[str]], measured: Mapping[str, float],
-            sharing: bool) -> tuple[State, list[dict[str, Any]], dict[str, str]]:
+            sharing: bool, containment: bool = False) -> tuple[State, list[dict[str, Any]], dict[str, str]]:
     """Plan the dataflows in ``order`` again on a copy of ``state``, all taken off first; raises
     :class:`_CannotReplan` for the first one that cannot be planned. Returns the state after, a report row per
     dataflow, and the seeds (new task -> the task it continues)."""
@@ -128,18 +129,21 @@ def _replan(state: State, order: list[str], links: Mapping[str, list[str]], meas
             parsed = dataclasses.replace(parse_dataflow(flow.document, limits=OperatorLimits.loosest()),
                                          owner=flow.owner)
             plan = plan_merge(work, parsed, flow.submitted_at, sharing=sharing, measured=measured,
-                              dataflow_id=dataflow_id)
+                              dataflow_id=dataflow_id, containment=containment)
         except SanaError as error:
             raise _CannotReplan(dataflow_id, error) from error
         apply_merge(work, plan)
         moves = []
         for task, (running, site) in sorted(before.items()):
             now = plan.dataflow.tasks.get(task)
-            if now is None:  # the running task a containment share read (re-placement plans without containment)
+            if now is None:  # the running task a containment share read, not read any more
                 continue
             now_site = work.tasks[now].site
-            if now not in seeds and work.tasks[now] != state.tasks.get(now):
-                seeds[now] = running  # a task two dataflows start continues the state of the first one's
+            if now not in seeds and work.tasks[now] != state.tasks.get(now) \
+                    and work.tasks[now].signature == state.tasks[running].signature:
+                # a task two dataflows start continues the state of the first one's; one whose computation changed
+                # (a containment share taken or given up) starts without state
+                seeds[now] = running
             if (now, now_site) != (running, site):
                 moves.append({"task": task,
                               "from": {"running_task": running, "site": site, "shared": len(state.users[running]) > 1},

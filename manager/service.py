@@ -85,7 +85,7 @@ class Manager:
         self._started = False
         self._closing = threading.Event()
         self.wan_control = WanControl(self.ledger, sharing=sharing, clock=clock, ensure_started=self._ensure_started,
-                                      closing=self._closing)
+                                      closing=self._closing, containment=containment)
         self.maintenance = Maintenance(self.ledger, defrag_after_removals=defrag_after_removals,
                                        ensure_started=self._ensure_started)
 

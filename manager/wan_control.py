@@ -53,9 +53,10 @@ class WanControl:
     """The WAN side of one manager: configuration, link loads, re-placement and the link watch."""
 
     def __init__(self, ledger: Ledger, *, sharing: bool, clock: Callable[[], float],
-                 ensure_started: Callable[[], None], closing: threading.Event) -> None:
+                 ensure_started: Callable[[], None], closing: threading.Event, containment: bool = False) -> None:
         self.ledger = ledger
         self.sharing = sharing
+        self.containment = containment
         self.clock = clock
         self.ensure_started = ensure_started
         self.closing = closing
@@ -147,7 +148,8 @@ class WanControl:
             ledger.sync()
             self.require_wan()
             state = copy.deepcopy(ledger.state)
-        result = plan_replacement(state, measured, utilization, sharing=self.sharing).report
+        result = plan_replacement(state, measured, utilization, sharing=self.sharing,
+                                  containment=self.containment).report
         result["basis"] = streams_basis(state, measured)
         return result
 
@@ -167,7 +169,8 @@ class WanControl:
                 ledger.sync()
                 self.require_wan()
                 before = ledger.state
-                planned = plan_replacement(before, measured, utilization, sharing=self.sharing)
+                planned = plan_replacement(before, measured, utilization, sharing=self.sharing,
+                                           containment=self.containment)
             report = {**planned.report, "basis": streams_basis(before, measured), "executed": True}
             if planned.change.empty:
                 return report
