@@ -145,7 +145,7 @@ def _routes(app: FastAPI) -> None:
         return {
             "dataflows": [
                 {"id": flow.id, "name": flow.name, "owner": flow.owner, "submitted_at": _iso(flow.submitted_at),
-                 "tasks": flow.submitted_tasks(), "contained": visible_shares(principal, flow, flows),
+                 "tasks": flow.document_tasks(), "contained": visible_shares(principal, flow, flows),
                  **statuses[flow.id]}
                 for flow in flows
             ]
@@ -162,7 +162,7 @@ def _routes(app: FastAPI) -> None:
         check_visible(principal, flow.owner, dataflow_id)
         theirs = [] if principal.admin else [other for other in manager.snapshot().dataflows.values()
                                              if other.owner == flow.owner]
-        return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.submitted_tasks(),
+        return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.document_tasks(),
                 "sinks": flow.sinks, "document": flow.document, "contained": visible_shares(principal, flow, theirs),
                 **manager.statuses([flow], details=principal.admin)[flow.id]}
 

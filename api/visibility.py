@@ -82,7 +82,7 @@ def visible_shares(principal: Principal, flow: SubmittedDataflow, own: Iterable[
     that one of ``own`` (the owner's dataflows) runs as a task of its document, not only as the task a share reads."""
     if principal.admin:
         return flow.shares()
-    theirs = {running for other in own for running in other.submitted_tasks().values()}
+    theirs = {running for other in own for running in other.document_tasks().values()}
     return [share for share in flow.shares() if share["reads"] in theirs]
 
 

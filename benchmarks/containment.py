@@ -1,17 +1,17 @@
 """Containment sharing on a workload of parameter variants (issue 37): what it saves and what a submit costs.
 
-The workload is built like the RIoT construction of docs/reuse.md, but each app picks its own parameters:
-apps read one of three sensor streams (temperature, humidity, light, dust, air quality, each uniform over its
-range), keep readings above a threshold of one column (thresholds drawn from a realistic range, rounded to a
-step, so some apps agree exactly and most do not), and some also compute a projection (3 of 5 derived columns,
-e.g. Fahrenheit, or a comfort flag). Variants:
+The workload is built like the RIoT construction of docs/reuse.md, but each dataflow picks its own parameters
+(docs/containment.md, "The workload"): 70 % are apps reading one of three sensor streams (temperature,
+humidity, light, dust, air quality, each uniform over its range) that keep readings above a threshold of one
+column (drawn from a realistic range, rounded to a step, so some apps agree exactly and most do not), half of
+them with a projection of derived columns and a view of two; 30 % are per-sensor dashboards, tumbling windows
+of 10 s to 5 min with some of count/max/min/sum. Variants:
 
 - ``exact``: Sana with exact sharing only (``SANA_CONTAINMENT=false``);
 - ``containment``: with containment on.
 
-For both it reports running tasks, containment shares, and the records the filters and selects read per
-million source records, computed from each column's distribution (a task reading the source reads every
-record; a residual reads what its wider filter keeps). Then submit p50/p99 at each level of running
+For both it reports running tasks, containment shares, and the records the running tasks read per source
+record, computed from each column's distribution (:func:`records_read`). Then submit p50/p99 at each level of running
 dataflows with containment on and off (in process, Manager + DryRunRuntime on the real Redis).
 
     .venv/bin/python -m benchmarks.containment --apps 200 --levels 100,1000,10000 --probes 200

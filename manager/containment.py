@@ -49,7 +49,7 @@ from manager.state import WIDER, State
 from runtime.exceptions import OperatorConfigInvalid
 from runtime.operators.fields import duration_ms
 from runtime.operators.implication import implies, residual
-from runtime.operators.keyed_options import tidy_runtime_keys, without_runtime_keys
+from runtime.operators.keyed_options import RUNTIME_KEYS, without_runtime_keys
 from runtime.operators.projection import rebase
 from runtime.operators.sql import SqlProblem, parse_expression, referenced_columns
 from runtime.operators.types import Schema
@@ -239,8 +239,8 @@ def _window_container(state: State, task: Task, parent: str, output: Schema) -> 
     keys, time column and watermark, a window that divides ``task``'s, and every aggregate derivable from the running
     one's output (``count`` and ``sum`` as sums of the running counts and sums, ``min`` and ``max`` as themselves;
     ``avg`` is not, it would need a select after). The residual is a window aggregate over the running one's output
-    with the new window, on ``window_start``, with a watermark delay of 1 ms (see docs/reuse.md for why that loses nothing
-    and when the results equal the task's own)."""
+    with the new window, on ``window_start``, with a watermark delay of 1 ms (docs/containment.md says why that loses
+    nothing and when the results equal the task's own)."""
     config = task.config
     if config.get("slide") not in (None, config["window"]):
         return None
@@ -262,9 +262,8 @@ def _window_container(state: State, task: Task, parent: str, output: Schema) -> 
                 continue
         except (ValueError, OperatorConfigInvalid):
             continue
-        canonical = without_runtime_keys(tidy_runtime_keys(model.model_dump(mode="json", by_alias=True)))
-        return spec, {**canonical, **{key: value for key, value in config.items() if key not in canonical
-                                      and key not in ("time_column", "watermark", "aggregates", "slide")}}
+        tuning = {key: config[key] for key in RUNTIME_KEYS if key in config}  # the task's own workers, reshape
+        return spec, {**without_runtime_keys(model.model_dump(mode="json", by_alias=True)), **tuning}
     return None
 
 
@@ -297,7 +296,7 @@ def read_by_owner(state: State, owner: str | None, shares: Iterable[Contained]) 
     """The running tasks ``shares`` read that a dataflow of ``owner`` runs as a task of its document (not only as
     the task a share of its reads): those an owner may be told about."""
     return frozenset(share.reads for share in shares
-                     if any(state.dataflows[user].owner == owner and share.reads in state.dataflows[user].submitted_tasks().values()
+                     if any(state.dataflows[user].owner == owner and share.reads in state.dataflows[user].document_tasks().values()
                             for user in state.users.get(share.reads, ())))
 
 

@@ -175,7 +175,7 @@ class Manager:
                                                plan.dataflow.id)
             merge.apply_merge(state, plan)
             state.version = version
-            submitted = plan.dataflow.submitted_tasks()
+            submitted = plan.dataflow.document_tasks()
             sites = {task_id: state.tasks[running].site for task_id, running in submitted.items()}
         flow_record = plan.dataflow
         return SubmitResult(

@@ -47,7 +47,7 @@ class SubmittedDataflow:
         (:mod:`manager.containment`; an equivalent one is the submitted task's own)."""
         return sum(1 for share in self.contained.values() if share["residual"] is not None)
 
-    def submitted_tasks(self) -> dict[str, str]:
+    def document_tasks(self) -> dict[str, str]:
         """:attr:`tasks` of the document's tasks only (what the API answers as ``tasks``)."""
         if not self.contained:
             return self.tasks

@@ -145,8 +145,9 @@ def _residual(new: str, running: str, columns: tuple[tuple[str, str], ...], budg
 
 @dataclass
 class _Term:
-    """A value in Z3: ``kind`` is ``int``, ``real``, ``double`` (a real with a NaN flag), ``string`` or ``boolean``.
-    ``exact``: Spark compares it with another numeric side without a lossy conversion (see :func:`_numeric_pair`)."""
+    """A value in Z3: ``kind`` is ``int``, ``real``, ``double`` (a real with a NaN flag), ``string`` or ``boolean``;
+    ``sql_type`` is Spark's type (for a literal: ``integral``, ``decimal`` or ``double literal``), which
+    :func:`_numeric_pair` reads to tell whether Spark compares it exactly."""
 
     kind: str
     value: Any
@@ -158,7 +159,8 @@ class _Term:
 
 
 class _Model:
-    """The variables and side constraints of one implication question, built as expressions are translated."""
+    """The variables, the translated predicates and the opaque atoms' side constraints of one input schema, built as
+    predicates are translated and shared by every question over that schema (:func:`_model`)."""
 
     def __init__(self, schema: Schema):
         import z3
@@ -338,7 +340,7 @@ def _literal(node: exp.Expression) -> _Term | None:
         value = Fraction(text) * sign
     except (ValueError, ZeroDivisionError):
         return None
-    if suffix_type in ("double",) or (suffix_type is None and ("e" in text.lower())):
+    if suffix_type == "double" or (suffix_type is None and "e" in text.lower()):
         sql_type = "double literal"
     elif suffix_type in ("bigint", "int", "smallint", "tinyint") or (suffix_type is None and value.denominator == 1 and "." not in text):
         sql_type = "integral literal"
@@ -379,8 +381,9 @@ def _numeric_pair(a: _Term, b: _Term) -> tuple[_Term, _Term] | None:
 
 def _exact_as_double(literal: _Term) -> bool:
     """Whether Spark's double of ``literal`` is Python's ``float`` of its text: a double literal (Java parses it
-    correctly rounded, as Python does), an integer up to 2**53, or a decimal of at most 15 digits (Spark divides
-    its unscaled value by a power of ten, both exact doubles, and the division rounds correctly)."""
+    correctly rounded, as Python does), an integer of at most 15 digits (exact as a double), or a decimal of at most
+    15 digits (Spark divides its unscaled value by a power of ten, both exact doubles, and the division rounds
+    correctly)."""
     if literal.sql_type == "double literal":
         return True
     digits = literal.text.replace(".", "").lstrip("0")
