@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--kind", choices=("urban", "taxi", "grid", "model"), default="urban", help="stream kind (default urban)")
     produce.add_argument("--rate", type=float, default=100.0, help="records per second (default 100)")
     produce.add_argument("--seed", type=int, default=1, help="seed of the record contents (default 1)")
+    produce.add_argument("--start", help="event time of the first record, ISO-8601 (default: now, live); "
+                                          "record i is at start + i/rate, so seed and start fix the whole stream")
     produce.add_argument("--count", type=int, help="stop after this many records")
     produce.add_argument("--duration", type=float, help="stop after this many seconds")
     produce.add_argument("--entities", type=int, default=20, help="sensors, taxis or meters (default 20)")
@@ -247,6 +250,14 @@ def _produce(args: argparse.Namespace) -> int:
     if args.rate <= 0:
         print("sana: --rate must be positive", file=sys.stderr)
         return EXIT_USAGE
+    start = None
+    if args.start is not None:
+        try:
+            start = datetime.fromisoformat(args.start.replace("Z", "+00:00"))
+        except ValueError:
+            print(f"sana: --start {args.start!r} is not an ISO-8601 time (e.g. 2026-01-01T00:00:00Z)", file=sys.stderr)
+            return EXIT_USAGE
+        start = start if start.tzinfo else start.replace(tzinfo=timezone.utc)
     bootstrap = args.bootstrap or Settings().effective_kafka_bootstrap
     topics = Topics(bootstrap, args.partitions)
     try:
@@ -261,7 +272,7 @@ def _produce(args: argparse.Namespace) -> int:
     print(f"producing {args.kind} records to {args.topic} at {bootstrap}: {args.rate:g}/s, seed {args.seed}, {limit}", flush=True)
     try:
         sent = produce(bootstrap, args.topic, args.kind, args.rate, args.seed, count=args.count,
-                       duration_s=args.duration, entities=args.entities)
+                       duration_s=args.duration, start=start, entities=args.entities)
     except KeyboardInterrupt:
         print("stopped")
         return EXIT_OK

@@ -2,9 +2,11 @@
 
 Three kinds, after RIoTBench's datasets: ``urban`` (city sensors, SYS),
 ``taxi`` (NYC taxi trips, TAXI) and ``grid`` (smart-grid meters). Records are
-JSON objects with an event time ``ts`` (ISO-8601, UTC). Everything but the
-wall-clock time is drawn from a seeded generator, so a seed fixes the
-stream's content; ``start`` fixes event times too (record i is at start + i/rate).
+JSON objects with an event time ``ts`` (ISO-8601, UTC). Values are drawn from
+a seeded generator, and the urban sensors' readings follow the time of day of
+their event time (a daily cycle). Without ``start`` event times are the wall
+clock, so the same seed gives other temperatures a minute later; with
+``start`` (record i is at start + i/rate) a seed fixes the whole stream.
 """
 
 from __future__ import annotations

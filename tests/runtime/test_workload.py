@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import httpx
 import pytest
 
 from api.cli import main
 from api.launcher import EXAMPLES_DIR as EXAMPLES
+from runtime.workload import stream
 from tests.conftest import REDIS_URL
 from tests.fixtures.kafka_io import read_all, values, wait_for
 from tests.fixtures.services import SanaUp, free_port, sana_env
@@ -15,17 +18,31 @@ pytestmark = [pytest.mark.kafka]
 
 
 def test_produce_writes_a_seeded_sensor_stream(kafka_bootstrap, capsys):
+    """A seed and a start fix the whole stream, event times and the daily cycle's readings included."""
     topic = f"produced-{free_port()}"
-    assert main(["produce", topic, "--kind", "urban", "--count", "120", "--rate", "2000", "--seed", "5",
-                 "--bootstrap", kafka_bootstrap]) == 0
+    fixed = ["--count", "120", "--rate", "2000", "--seed", "5", "--start", "2026-03-01T08:59:30Z", "--bootstrap", kafka_bootstrap]
+    assert main(["produce", topic, "--kind", "urban", *fixed]) == 0
     assert f"produced 120 records to {topic}" in capsys.readouterr().out
     first = values(read_all(kafka_bootstrap, topic))
     assert len(first) == 120
     assert set(first[0]) >= {"sensor", "temp", "humidity", "obstype", "value", "ts"}
+    assert (first[0]["ts"], first[-1]["ts"]) == ("2026-03-01T08:59:30.000Z", "2026-03-01T08:59:30.059Z")
     again = f"{topic}-again"
-    assert main(["produce", again, "--count", "120", "--rate", "2000", "--seed", "5", "--bootstrap", kafka_bootstrap]) == 0
-    strip = lambda records: [{k: v for k, v in r.items() if k != "ts"} for r in records]  # noqa: E731
-    assert strip(values(read_all(kafka_bootstrap, again))) == strip(first), "the same seed gave other records"
+    assert main(["produce", again, *fixed]) == 0
+    assert values(read_all(kafka_bootstrap, again)) == first, "the same seed and start gave other records"
+
+
+def test_produce_on_another_day_draws_the_same_values_on_another_daily_cycle():
+    """The seed fixes the draws; the event time's hour moves the urban readings along the daily cycle."""
+    morning = [record for _, record in stream("urban", 1000, seed=5, start=datetime(2026, 3, 1, 3, tzinfo=timezone.utc), count=50)]
+    noon = [record for _, record in stream("urban", 1000, seed=5, start=datetime(2026, 3, 1, 15, tzinfo=timezone.utc), count=50)]
+    assert [r["sensor"] for r in morning] == [r["sensor"] for r in noon]
+    assert sum(r["temp"] for r in noon) > sum(r["temp"] for r in morning) + 50 * 19, "15:00 is not 20 degrees warmer than 03:00"
+
+
+def test_produce_rejects_a_bad_start(capsys):
+    assert main(["produce", "t", "--start", "yesterday"]) == 2
+    assert "--start 'yesterday' is not an ISO-8601 time" in capsys.readouterr().err
 
 
 def test_produce_rejects_a_bad_rate(capsys):
