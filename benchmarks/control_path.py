@@ -8,8 +8,14 @@ the client's connections), the manager's RSS and Redis's used memory.
 
 ``--profile`` prints the top of a cProfile of the probes at the last level.
 
+``--wan FILE`` plans every submit on a WAN: the file's ``wan`` (the 14-site configuration of
+``examples/wan/fourteen-sites.json``) with the RIoTBench sources at its data sites, and each dataflow's sinks
+pinned to one of its compute sites (seeded), so every submit runs the WAN stages (Algorithm 1, the weighing, the
+safety net) against the running set.
+
     .venv/bin/python -m benchmarks.control_path --levels 1000,10000 --probes 300
     .venv/bin/python -m benchmarks.control_path --levels 1000,10000 --probes 300 --out benchmarks/results/control-path-after.json
+    .venv/bin/python -m benchmarks.control_path --wan examples/wan/fourteen-sites.json --levels 10,100,1000 --probes 200
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ import cProfile
 import gc
 import io
 import json
+import os
 import pstats
+import random
 import resource
 import time
 import uuid
@@ -28,11 +36,9 @@ from typing import Any
 
 import redis
 
-import os
-
 from benchmarks.breakdown import bridging_documents, phase_breakdown
 from benchmarks.measure import summary
-from benchmarks.riot import riot_dataflow
+from benchmarks.riot import SOURCE_SCHEMAS, riot_dataflow
 from benchmarks.targets import delete_prefix, redis_client
 from manager.results import Limits
 from manager.service import Manager
@@ -126,6 +132,30 @@ def probe(manager: Manager, wire: Wire, flows: list[Any]) -> dict[str, Any]:
     }
 
 
+def wan_document(path: Path) -> dict[str, Any]:
+    """The ``wan`` of an experiment file, with the RIoTBench sources (and their model topics) at its data sites."""
+    wan = dict(json.loads(path.read_text())["wan"])
+    data = [site["name"] for site in wan["sites"] if isinstance(site, dict) and site.get("compute") is False]
+    sources = {}
+    for index, domain in enumerate(SOURCE_SCHEMAS):
+        sources[f"riot-{domain}"] = {"site": data[index % len(data)], "rate_mbps": 2.0}
+        sources[f"riot-{domain}-models"] = {"site": data[(index + len(SOURCE_SCHEMAS)) % len(data)], "rate_mbps": 0.01}
+    return {**wan, "sources": sources}
+
+
+def compute_sites(wan: dict[str, Any]) -> list[str]:
+    return [site if isinstance(site, str) else site["name"] for site in wan["sites"]
+            if isinstance(site, str) or site.get("compute", True)]
+
+
+def pinned(document: dict[str, Any], sites: list[str] | None, seed: int) -> dict[str, Any]:
+    """``document`` with its sinks pinned to one seeded compute site (unchanged without sites)."""
+    if not sites:
+        return document
+    site = random.Random(f"{seed}:{document['name']}").choice(sites)
+    return {**document, "tasks": [{**task, "site": site} if task["type"] == "sink" else task for task in document["tasks"]]}
+
+
 def edge_cases(manager: Manager, documents: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Submit+remove of dataflows whose plans touch a whole running DAG (``benchmarks.breakdown.bridging_documents``)."""
     out = {}
@@ -153,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--breakdown", type=int, default=0,
                         help="at the last level, time each step of this many more probes (benchmarks.breakdown)")
     parser.add_argument("--profile", action="store_true", help="cProfile the probes at the last level")
+    parser.add_argument("--wan", type=Path, default=None,
+                        help="plan on this experiment file's WAN (e.g. examples/wan/fourteen-sites.json)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     levels = [int(level) for level in args.levels.split(",")]
@@ -161,17 +193,26 @@ def main(argv: list[str] | None = None) -> int:
     prefix = f"bench-{uuid.uuid4().hex[:12]}"
     manager = Manager(client, prefix, DryRunRuntime(client, prefix), limits=UNLIMITED)
     manager.start()
-    probes = [parse_dataflow(riot_dataflow(PROBE_BASE + number, args.seed)) for number in range(args.probes)]
+    sites = None
+    if args.wan:
+        wan = wan_document(args.wan)
+        manager.set_wan(wan)
+        sites = compute_sites(wan)
+
+    def dataflow(number: int):
+        return parse_dataflow(pinned(riot_dataflow(number, args.seed), sites, args.seed))
+
+    probes = [dataflow(PROBE_BASE + number) for number in range(args.probes)]
     out: dict[str, Any] = {"command": "python -m benchmarks.control_path " + " ".join(argv or __import__("sys").argv[1:]),
                            "levels": []}
     try:
         for number in range(30):
-            manager.remove(manager.submit_validated(parse_dataflow(riot_dataflow(WARMUP_BASE + number, args.seed))).id)
+            manager.remove(manager.submit_validated(dataflow(WARMUP_BASE + number)).id)
         running = 0
         for index, level in enumerate(levels):
             fill_start = time.monotonic()
             for number in range(running, level):
-                manager.submit_validated(parse_dataflow(riot_dataflow(number, args.seed)))
+                manager.submit_validated(dataflow(number))
             fill_s = time.monotonic() - fill_start
             running = level
             gc.collect()

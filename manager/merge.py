@@ -167,7 +167,7 @@ def _plan(state: State, flow: Dataflow, submitted_at: float, sharing: bool, meas
         assignment = assign_by_locality(reuse.query, reuse.reused, state.tasks)
     else:
         monitor = WanMonitor(state.wan, link_loads_in_use(state, measured) if measured else state.link_load)
-        running = RunningSet(state, rates_in_use(state, measured or {}))
+        running = RunningSet(state, rates_in_use(state, measured) if measured else None)
         admissions = admit_shares(reuse.query, running, monitor, SANA, reuse.forced, reuse.configs)
         assignment = assign_by_wan(admissions, running, monitor, state.tasks)
     task_map = {task_id: assignment.running[reuse.vertex_of[task_id]] for task_id in flow.order}
@@ -372,8 +372,8 @@ def plan_unmerge(state: State, dataflow_id: str) -> UnmergePlan:
 def apply_unmerge(state: State, plan: UnmergePlan) -> None:
     """Change ``state`` as ``plan`` says (after the runtime stopped the tasks)."""
     state.drop_dataflow(plan.dataflow.id)
-    for spec in plan.terminated:
-        state.drop_task(spec.id)
+    for task_id in reversed(_parents_first(state, {spec.id for spec in plan.terminated})):  # readers before what they read
+        state.drop_task(task_id)
     for task_id, dag in plan.splits.items():
         state.set_dag(task_id, dag)
     state.next_dag = plan.next_dag

@@ -16,6 +16,7 @@ from typing import Any
 from planning.model import RunningTask
 from optimizer.rates import estimate_rate
 from runtime.plan import TaskSpec
+from wan.flow_index import FlowIndex
 from wan.topology import WanConfig
 
 #: Suffix of the task a dataflow holds for the running task a containment share reads (manager/containment.py);
@@ -93,6 +94,9 @@ class State:
     - ``rates``: estimated output Mbps of every running task (with ``wan``);
     - ``arrivals``: producer -> other site -> its consumers there (the routers);
     - ``link_load``: (site, site) -> Mbps its crossing streams demand;
+    - ``flow``: the running set's flow model at the estimated rates, task by task
+      (:class:`wan.flow_index.FlowIndex`; with ``wan``), so that weighing a plan
+      costs the size of the plan, not of the running set;
     - ``not_shared``: running task -> the refused shares that made it start;
     - ``quarantined``: running tasks that failed at run time, and those reading
       them (runtime.quarantine): offered to no new dataflow, which gets tasks
@@ -117,6 +121,7 @@ class State:
     rates: dict[str, float] = field(default_factory=dict)
     arrivals: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     link_load: dict[tuple[str, str], float] = field(default_factory=dict)
+    flow: FlowIndex = field(default_factory=FlowIndex)
     not_shared: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     quarantined: set[str] = field(default_factory=set)
     owned: dict[str | None, int] = field(default_factory=dict)
@@ -136,6 +141,7 @@ class State:
             self.rates[task.id] = estimate_rate(task.type, task.config, [self.rates.get(p, 0.0) for _, p in task.inputs], self.wan)
             for _, parent in task.inputs:
                 self._attach(parent, task)
+            self._index(task)
         self.users.setdefault(task.id, set())
         self.children.setdefault(task.id, set())
         for _, parent in task.inputs:
@@ -150,6 +156,8 @@ class State:
         if self.wan is not None:
             for _, parent in task.inputs:
                 self._detach(parent, task)
+            if task_id in self.flow:
+                self.flow.drop(task_id)
         del self.tasks[task_id]
         same = self.instances[task.signature]
         same.discard(task_id)
@@ -232,7 +240,7 @@ class State:
     def set_wan(self, wan: WanConfig | None) -> None:
         """Adopt a WAN configuration (or drop it): recompute rates, arrivals and link loads once."""
         self.wan = wan
-        self.rates, self.arrivals, self.link_load = {}, {}, {}
+        self.rates, self.arrivals, self.link_load, self.flow = {}, {}, {}, FlowIndex()
         if wan is None:
             return
         for task_id in parents_first(self.tasks):
@@ -240,6 +248,19 @@ class State:
             self.rates[task_id] = estimate_rate(task.type, task.config, [self.rates[p] for _, p in task.inputs], wan)
             for _, parent in task.inputs:
                 self._attach(parent, task)
+            self._index(task)
+
+    def _index(self, task: TaskSpec) -> None:
+        """Add ``task`` to the flow model at its site, or where its data is when it has none (as
+        :meth:`RunningSet.site` locates it); a task without either stays out, as the optimizer leaves it out."""
+        site = task.site
+        if site is None and task.type == "source":
+            origin = self.wan.source_origin(str(task.config.get("topic")))
+            site = origin.site if origin else None
+        elif site is None and task.inputs:
+            site = self.flow.sites.get(task.inputs[0][1])
+        if site is not None:
+            self.flow.add(task.id, site, [parent for _, parent in task.inputs], self.rates[task.id])
 
     def _attach(self, parent: str, consumer: TaskSpec) -> None:
         """A stream from ``parent`` to ``consumer``: it crosses when their sites differ, once per site."""
@@ -349,3 +370,7 @@ class RunningSet:
 
     def running_tasks(self) -> Iterable[RunningTask]:
         return [self.task(task_id) for task_id in sorted(self._state.tasks) if self.site(task_id) is not None]
+
+    def flow_index(self) -> FlowIndex | None:
+        """The state's flow model, when this view reads the rates it was built with (the estimates)."""
+        return self._state.flow if self._state.wan is not None and self._rates is self._state.rates else None

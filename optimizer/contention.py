@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from planning.model import QueryPlan, QueryTask, RunningTask
 from wan.flow import FlowTask, max_min_throttles, source_vectors, stream_crossings
+from wan.flow_index import FlowIndex, NewTask
 from wan.monitor import WanMonitor
 
 
@@ -64,21 +65,29 @@ class Contention:
     simulator, the manager on estimates) there is none; it matters when a link's load is measured as a whole.
     """
 
-    def __init__(self, running: Iterable[RunningTask], wan: WanMonitor, router: bool) -> None:
-        self.wan, self.router = wan, router
+    def __init__(self, running: Iterable[RunningTask], wan: WanMonitor, router: bool,
+                 index: FlowIndex | None = None) -> None:
+        """``index``, the running set's flow model kept up to date by its owner (with routers), replaces
+        reading ``running``: a plan is then weighed in the time of its own size."""
+        self.wan, self.router, self.index = wan, router, index if router else None
         self.rates: dict[str, float] = {}
         self.shape: dict[str, tuple[str, tuple[str, ...]]] = {}
-        for task in running:
-            self.rates[task.id] = task.rate_mbps
-            self.shape[task.id] = (task.site, tuple(parent for _, parent in task.inputs))
-        explained: dict[tuple[str, str], float] = {}
-        for producer, src, dst in stream_crossings(_flow_tasks(self.rates, self.shape, 1.0), router):
-            explained[(src, dst)] = explained.get((src, dst), 0.0) + self.rates[producer]
+        if self.index is not None:
+            explained = self.index.explained()
+        else:
+            for task in running:
+                self.rates[task.id] = task.rate_mbps
+                self.shape[task.id] = (task.site, tuple(parent for _, parent in task.inputs))
+            explained = {}
+            for producer, src, dst in stream_crossings(_flow_tasks(self.rates, self.shape, 1.0), router):
+                explained[(src, dst)] = explained.get((src, dst), 0.0) + self.rates[producer]
         extra = {link: load - explained.get(link, 0.0) for link, load in wan.loads.items()}
         self.background = {link: value for link, value in extra.items() if value > 1e-9}
 
     def delivered(self, query: Sequence[QueryTask], plan: QueryPlan, scale: float = 1.0) -> float:
         """:func:`delivered_mbps` of ``plan`` on this running set."""
+        if self.index is not None:
+            return self.index.delivered(_new_tasks(query, plan), self.wan.capacity, self.background, scale)
         rates, shape = dict(self.rates), dict(self.shape)
         by_id = {task.id: task for task in query}
         mapping: dict[str, str] = {}
@@ -109,6 +118,22 @@ class Contention:
                 continue
             total += sum(tasks[source].demand_mbps * throttle[source] for source in vectors[task_id])
         return round(total, 9)
+
+
+def _new_tasks(query: Sequence[QueryTask], plan: QueryPlan) -> list[NewTask]:
+    """The tasks ``plan`` starts, parents first, reading running tasks where it reuses them."""
+    by_id = {task.id: task for task in query}
+    mapping: dict[str, str] = {}
+    new: list[NewTask] = []
+    for task_id, decision in plan.decisions.items():
+        if decision.action == "reuse" and decision.running is not None:
+            mapping[task_id] = decision.running
+            continue
+        task = by_id[task_id]
+        mapping[task_id] = f"plan:{task_id}"
+        new.append(NewTask(mapping[task_id], decision.site, tuple(mapping[parent] for _, parent in task.inputs),
+                           task.rate_mbps or 0.0))
+    return new
 
 
 def _flow_tasks(rates: Mapping[str, float], shape: Mapping[str, tuple[str, tuple[str, ...]]],

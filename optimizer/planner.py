@@ -146,7 +146,8 @@ def admit_shares(
     if not (options.bandwidth_checks and options.weigh_refusals):
         return trial.admissions()
     sharing_trial, sharing = _try(query, running, wan, replace(options, bandwidth_checks=False), {}, forced)
-    contention = Contention(running.running_tasks(), wan, options.router)
+    index = running.flow_index() if options.router else None
+    contention = Contention(() if index is not None else running.running_tasks(), wan, options.router, index)
     every_share, algorithm_1 = _standing(sharing, query, contention, wan), _standing(plan, query, contention, wan)
     if every_share < algorithm_1:
         return sharing_trial.admissions(compared=trial.compared, skipped=trial.skipped, overruled=tuple(plan.refusals),

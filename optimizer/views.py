@@ -26,6 +26,9 @@ class EmptyRunning:
     def running_tasks(self) -> Iterable[RunningTask]:
         return ()
 
+    def flow_index(self) -> None:
+        return None
+
 
 class DictRunning:
     """A running set given as tasks; arrivals derived with routers (one crossing per producer and site).
@@ -56,3 +59,6 @@ class DictRunning:
 
     def running_tasks(self) -> Iterable[RunningTask]:
         return tuple(self._tasks.values())
+
+    def flow_index(self) -> None:
+        return None

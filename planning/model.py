@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from wan.flow_index import FlowIndex
+
 
 #: A producer of a stream while a query is planned: ``(True, running task id)``, or ``(False, query task id)``
 #: for a task the plan creates.
@@ -59,7 +61,10 @@ class RunningView(Protocol):
     one; several when a share was refused for bandwidth); ``arrivals(id)``
     maps each *other* site the task's output already crosses to onto the ids
     of its consumers there (the router's view); ``task(id)`` reads one task;
-    ``running_tasks()`` lists every running task that has a site.
+    ``running_tasks()`` lists every running task that has a site;
+    ``flow_index()`` gives their flow model kept up to date by the view's owner
+    (:class:`wan.flow_index.FlowIndex`), or None: then whoever weighs plans
+    builds it from ``running_tasks()``.
     """
 
     def instances(self, signature: str) -> Iterable[RunningTask]: ...
@@ -69,6 +74,8 @@ class RunningView(Protocol):
     def arrivals(self, task_id: str) -> Mapping[str, Iterable[str]]: ...
 
     def running_tasks(self) -> Iterable[RunningTask]: ...
+
+    def flow_index(self) -> FlowIndex | None: ...
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,9 @@ class Deployment:
     def running_tasks(self) -> Iterable[RunningTask]:
         return self.tasks.values()
 
+    def flow_index(self) -> None:
+        return None
+
     def link_loads(self) -> dict[tuple[str, str], float]:
         """Demand per link at full source rates (routers: one crossing per producer and site)."""
         loads: dict[tuple[str, str], float] = {}

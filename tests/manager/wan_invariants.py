@@ -6,10 +6,12 @@ import math
 
 import networkx as nx
 
-from manager.state import State
+from manager.state import RunningSet, State
+from optimizer.contention import Contention
+from planning.model import QueryPlan
 from tests.fixtures.invariants import runs_as
 from optimizer.rates import estimate_rate
-from wan.monitor import crossings, link_loads
+from wan.monitor import WanMonitor, crossings, link_loads
 
 
 def check_wan_state(state: State, submitted: dict[str, dict]) -> None:
@@ -82,3 +84,16 @@ def check_wan_state(state: State, submitted: dict[str, dict]) -> None:
         assert set(expected) == set(state.link_load)
         for link, load in expected.items():
             assert math.isclose(state.link_load[link], load, rel_tol=1e-9, abs_tol=1e-9)
+    # The flow index the weighing reads is the running set's flow model, as built from its tasks from scratch.
+    if state.wan is not None:
+        view = RunningSet(state)
+        running = list(view.running_tasks())
+        index = view.flow_index()
+        assert index is state.flow and index.sites == {task.id: task.site for task in running}
+        assert set(index.arrivals) == {(parent, task.site) for task in running for _, parent in task.inputs
+                                       if index.sites[parent] != task.site}
+        monitor = WanMonitor(state.wan, state.link_load)
+        for scale in (1.0, 2.0):
+            expected = Contention(running, monitor, router=True).delivered((), QueryPlan({}), scale)
+            assert math.isclose(Contention((), monitor, True, index).delivered((), QueryPlan({}), scale), expected,
+                                rel_tol=1e-9, abs_tol=1e-7)
