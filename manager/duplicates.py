@@ -44,8 +44,11 @@ def fingerprint(flow: Dataflow) -> Fingerprint:
 
 
 def running_fingerprint(state: State, flow: SubmittedDataflow) -> Fingerprint:
-    """The (topic, signature) pairs of a submitted dataflow's sinks, as its running sink tasks have them."""
-    return frozenset((target["topic"], state.tasks[target["running_task"]].signature) for target in flow.sinks.values())
+    """The (topic, signature) pairs of a submitted dataflow's sinks, as submitted: a sink of a dataflow that
+    containment rewrote (:mod:`manager.containment`) keeps its signature as submitted in its record, since its
+    running sink task reads the rewritten graph; the others' is their running sink task's."""
+    return frozenset((target["topic"], target.get("signature") or state.tasks[target["running_task"]].signature)
+                     for target in flow.sinks.values())
 
 
 def identical(state: State, running: SubmittedDataflow, submitted: Fingerprint) -> bool:

@@ -145,7 +145,7 @@ def plan_merge(state: State, flow: Dataflow, submitted_at: float, sharing: bool 
     if sharing and containment:
         rewritten, contained = contain(state, flow)
         if contained:
-            plan = _plan(state, rewritten, submitted_at, sharing, measured, dataflow_id, contained)
+            plan = _plan(state, rewritten, submitted_at, sharing, measured, dataflow_id, contained, as_submitted=flow)
             if all(plan.dataflow.tasks[_reads(share)] == share.reads for share in contained):
                 return plan
     return _plan(state, flow, submitted_at, sharing, measured, dataflow_id, ())
@@ -157,7 +157,9 @@ def _reads(share: Contained) -> str:
 
 
 def _plan(state: State, flow: Dataflow, submitted_at: float, sharing: bool, measured: Mapping[str, float] | None,
-          dataflow_id: str | None, contained: tuple[Contained, ...]) -> MergePlan:
+          dataflow_id: str | None, contained: tuple[Contained, ...], as_submitted: Dataflow | None = None) -> MergePlan:
+    """Plan ``flow``; ``as_submitted`` is the dataflow as submitted when ``flow`` is its containment rewrite: each
+    sink record then keeps the sink's signature as submitted, which duplicate checks compare."""
     next_dataflow = state.next_dataflow + (dataflow_id is None)
     dataflow_id = dataflow_id or f"df-{state.next_dataflow}"
     if not sharing:
@@ -192,6 +194,10 @@ def _plan(state: State, flow: Dataflow, submitted_at: float, sharing: bool, meas
         sink_id: {"running_task": task_map[sink_id], "topic": flow.tasks[sink_id].config["topic"]}
         for sink_id in flow.sinks
     }
+    if as_submitted is not None:
+        for sink_id, target in sinks.items():
+            if as_submitted.signatures[sink_id] != flow.signatures[sink_id]:
+                target["signature"] = as_submitted.signatures[sink_id]
     submitted = SubmittedDataflow(
         id=dataflow_id,
         name=flow.name,

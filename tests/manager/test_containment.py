@@ -16,6 +16,7 @@ import redis
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from manager.exceptions import DataflowDuplicate
 from manager.service import Manager
 from runtime.dryrun import DryRunRuntime
 from tests.fixtures.dataflows import source, stream, task
@@ -140,6 +141,19 @@ def test_a_narrower_filter_reads_the_wider_one_and_keeps_it_running(make_manager
     manager.remove(narrow.id)
     manager.remove(same.id)
     assert not manager.state.tasks
+
+
+def test_a_dataflow_containment_rewrote_is_a_duplicate_of_itself(make_manager):
+    """Its running sink reads the rewritten graph (another signature); the duplicate check compares the sinks as
+    submitted (before, the same document submitted again with ``unique`` was accepted)."""
+    manager = make_manager()
+    manager.submit(chain("wide", "temp > 20", None, None, None))
+    narrow = manager.submit(chain("narrow", "temp > 30", None, None, None))
+    assert narrow.contained, "the narrower filter reads the wider one"
+    with pytest.raises(DataflowDuplicate, match=f"identical to {narrow.id}"):
+        manager.submit(chain("narrow", "temp > 30", None, None, None), unique=True)
+    again = manager.submit(chain("narrow", "temp > 30", None, None, None))
+    assert again.duplicate_of == narrow.id
 
 
 def test_an_equivalent_predicate_is_the_running_filter(make_manager):
