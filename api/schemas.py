@@ -140,6 +140,8 @@ class StatsOut(BaseModel):
     containment_shares: dict[str, int] = Field({}, description="Running containment shares per kind: filter, select, "
                                                "window_aggregate, equivalent.")
     wan_configured: bool = Field(False, description="Whether a WAN configuration is set (GET /wan answers 404 without one).")
+    change_groups: dict[str, int] = Field({}, description="Group commit since this process started: `groups` deployed "
+                                          "and committed, `changes` in them (submits and removals), `largest` group.")
 
 
 class CostFigures(BaseModel):

@@ -89,8 +89,7 @@ def _instrumented(manager: Manager) -> Iterator[_Recorder]:
     patched_objects = {
         (store, "lock"): timed_lock,
         (store, "mark_pending"): recorder.timed("pending", store.mark_pending),
-        (store, "commit_merge"): recorder.timed("commit", store.commit_merge),
-        (store, "commit_unmerge"): recorder.timed("commit", store.commit_unmerge),
+        (store, "commit_group"): recorder.timed("commit", store.commit_group),
         (runtime, "apply"): recorder.timed("runtime", runtime.apply),
         (manager.ledger, "sync"): recorder.timed("sync", manager.ledger.sync),
     }

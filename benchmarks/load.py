@@ -16,6 +16,10 @@ is a failure. At the end the service must be consistent:
 ``--real`` starts ``sana up`` with Spark (``local[2]``) and its embedded broker
 instead; there the runtime must agree too: the Spark queries host exactly the
 running tasks, all running, and none is left once everything is removed.
+``--feed R`` keeps the apps' source topics flowing meanwhile, R records/s each
+(model topics a tenth of it; :mod:`benchmarks.riot_records`), so the queries
+changed under load are busy ones. The result also has the change rate and
+the service's group commit counts (``change_groups`` of ``/stats``).
 
 Results go to ``benchmarks/results/load-<target>.json``; ``--report --write-docs``
 puts the table into docs/reliability.md.
@@ -28,6 +32,7 @@ import asyncio
 import json
 import random
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -37,6 +42,7 @@ from typing import Any
 import httpx
 
 from benchmarks.riot import riot_workload
+from benchmarks.riot_records import produce_paced, record_maker
 from benchmarks.targets import HttpTarget, delete_prefix, redis_client
 
 MARKERS = {"dry-run": ("<!-- load: begin -->", "<!-- load: end -->"),
@@ -129,13 +135,46 @@ def check_runtime(client: httpx.Client) -> list[str]:
     return problems
 
 
+class Feed:
+    """The apps' source topics kept flowing by one thread each (librdkafka producers), until stopped."""
+
+    def __init__(self, bootstrap: str, topics: list[str], rate: float) -> None:
+        from runtime.broker.topics import Topics
+
+        admin = Topics(bootstrap, 1)
+        try:
+            admin.ensure(topics)
+        finally:
+            admin.close()
+        self.produced: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=produce_paced, name=f"feed-{topic}", daemon=True,
+                                          args=(bootstrap, topic, record_maker(topic, seed=len(topic)),
+                                                rate / 10 if "model" in topic else rate, self._stop, self.produced))
+                         for topic in topics]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+        return dict(self.produced)
+
+
+def source_topics(documents: list[dict[str, Any]]) -> list[str]:
+    return sorted({task["config"]["topic"] for document in documents for task in document["tasks"] if task["type"] == "source"})
+
+
 def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, timeout_s: float,
-        real: bool = False) -> dict[str, Any]:
+        real: bool = False, feed_rate: float = 0.0) -> dict[str, Any]:
     prefix = f"bench-load-{uuid.uuid4().hex[:8]}"
     target = HttpTarget(redis_url, prefix, run_dir, dry_run=not real)
     checks = [check_invariants, check_runtime] if real else [check_invariants]
     documents = list(riot_workload(apps, seed=0))
     recorder = Recorder()
+    feed = Feed(target.bootstrap, source_topics(documents), feed_rate) if feed_rate and target.bootstrap else None
+    produced: dict[str, int] = {}
     began = time.monotonic()
     try:
         async def main() -> None:
@@ -154,6 +193,7 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
         asyncio.run(main())
         elapsed = time.monotonic() - began
         with httpx.Client(base_url=target.base_url, timeout=max(120.0, timeout_s)) as client:
+            groups = client.get("/stats").raise_for_status().json().get("change_groups", {})
             during = [problem for check in checks for problem in check(client)]
             leftover = [flow["id"] for flow in client.get("/dataflows").json()["dataflows"]]
             for flow_id in leftover:
@@ -161,6 +201,8 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
             after = [problem for check in checks for problem in check(client)]
             final = client.get("/stats").json()
     finally:
+        if feed is not None:
+            produced = feed.stop()
         target.close()
         connection = redis_client(redis_url)
         try:
@@ -175,11 +217,14 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
                             "count": len(v)} for op, v in recorder.latency_ms.items()},
         "failures": recorder.failures, "invariant_problems": during + after,
         "left_over_dataflows": len(leftover), "final_running_tasks": final["running_tasks"],
+        "changes_per_s": round(sum(len(v) for v in recorder.latency_ms.values()) / elapsed, 2),
+        "change_groups": groups, "feed_records_per_s": feed_rate, "produced": produced,
     }
 
 
 def markdown(result: dict[str, Any]) -> str:
-    against = ("`sana up` (Spark `local[2]`, the embedded broker, sources idle)" if result.get("target") == "real"
+    feed = f"sources fed at {result['feed_records_per_s']:g} records/s each" if result.get("feed_records_per_s") else "sources idle"
+    against = (f"`sana up` (Spark `local[2]`, the embedded broker, {feed})" if result.get("target") == "real"
                else "`sana up --dry-run`")
     lines = [f"{result['clients']} clients for {result['seconds']:g} s against {against} (apps 0-{result['apps'] - 1} "
              f"of benchmarks/riot.py, client timeout {result['timeout_s']:g} s):", "",
@@ -189,6 +234,11 @@ def markdown(result: dict[str, Any]) -> str:
         answers = ", ".join(f"{status}: {count}" for status, count in sorted(result["statuses"][op].items()))
         lines.append(f"| {op} | {latency['count']} | {answers} | {latency['p50']:.0f} | {latency['p99']:.0f} | "
                      f"{latency['max']:.0f} |")
+    if "changes_per_s" in result:
+        groups = result.get("change_groups") or {}
+        lines += ["", f"Changes (submits and removals answered) per second: {result['changes_per_s']:g}; group commit: "
+                  f"{groups.get('changes', 0)} changes in {groups.get('groups', 0)} groups, the largest "
+                  f"{groups.get('largest', 0)}."]
     lines += ["", f"Failures (5xx, timeouts, transport errors): {len(result['failures'])}. Invariant problems: "
               f"{len(result['invariant_problems'])}. Dataflows left at the end: {result['left_over_dataflows']}, "
               f"removed; then running tasks: {result['final_running_tasks']}."]
@@ -204,13 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/sana-load"))
     parser.add_argument("--real", action="store_true", help="against sana up with Spark and the embedded broker")
+    parser.add_argument("--feed", type=float, default=0.0, help="with --real: records/s into each source topic (0: idle)")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/load-dryrun.json (load-real.json with --real)")
     parser.add_argument("--report", action="store_true", help="only print the table from --out")
     parser.add_argument("--write-docs", action="store_true", help="with --report: write it into docs/reliability.md")
     args = parser.parse_args(argv)
     args.out = args.out or Path(f"benchmarks/results/load-{'real' if args.real else 'dryrun'}.json")
     if not args.report:
-        result = run(args.clients, args.seconds, args.apps, args.redis_url, args.run_dir, args.timeout, args.real)
+        result = run(args.clients, args.seconds, args.apps, args.redis_url, args.run_dir, args.timeout, args.real, args.feed)
         args.out.write_text(json.dumps(result, indent=1))
         print(f"wrote {args.out}")
     result = json.loads(args.out.read_text())

@@ -36,12 +36,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from benchmarks.riot_records import produce_paced
 from benchmarks.targets import delete_prefix, free_port, redis_client, wait_healthy
 from runtime.costs import ProcessTreeCpu
 
@@ -105,28 +105,11 @@ class RealService:
             admin.close()
         for number, topic in enumerate(new, start=len(self._producers)):
             rate = self.rate / 10 if "model" in topic else self.rate
-            thread = threading.Thread(target=self._produce, args=(topic, self.records(topic, number + 1), rate),
-                                      daemon=True, name=f"produce-{topic}")
+            thread = threading.Thread(target=produce_paced, daemon=True, name=f"produce-{topic}",
+                                      args=(self.bootstrap, topic, self.records(topic, number + 1), rate, self._stop,
+                                            self.produced))
             self._producers[topic] = thread
             thread.start()
-
-    def _produce(self, topic: str, make: Callable[[int, datetime], dict[str, Any]], rate: float) -> None:
-        from kafka import KafkaProducer
-
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=20)
-        began, i = time.monotonic(), 0
-        try:
-            while not self._stop.is_set():
-                due = began + i / rate
-                if due > time.monotonic():
-                    self._stop.wait(due - time.monotonic())
-                    continue
-                producer.send(topic, json.dumps(make(i, datetime.now(timezone.utc))).encode())
-                i += 1
-                self.produced[topic] += 1
-            producer.flush(30)
-        finally:
-            producer.close()
 
     # -- the target interface ------------------------------------------------------------
 

@@ -17,9 +17,13 @@ True
 
 from __future__ import annotations
 
+import json
 import random
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from benchmarks.riot import MODEL_TOPICS, SOURCE_TOPICS
@@ -97,3 +101,28 @@ def _models(rng: random.Random, domain: str) -> Maker:
 
 
 _MAKERS = {"grid": _grid, "urban": _urban, "taxi": _taxi}
+
+
+def produce_paced(bootstrap: str, topic: str, make: Maker, rate: float, stop: threading.Event,
+                  produced: Counter[str]) -> None:
+    """Produce ``make(i, now)`` into ``topic`` at ``rate`` records/s (librdkafka) until ``stop``, counting into
+    ``produced``; a benchmark's feed thread."""
+    from runtime.broker import rdkafka
+
+    producer = rdkafka.producer(bootstrap, **{"linger.ms": 20})
+    failures = rdkafka.Failures()
+    began, i = time.monotonic(), 0
+    try:
+        while not stop.is_set():
+            due = began + i / rate
+            if due > time.monotonic():
+                stop.wait(due - time.monotonic())
+                continue
+            rdkafka.produce_one(producer, topic, json.dumps(make(i, datetime.now(timezone.utc))).encode(), None, failures)
+            i += 1
+            produced[topic] += 1
+            if i % 500 == 0:
+                producer.poll(0)  # serve delivery reports as they come
+        rdkafka.flush(producer, 30)
+    finally:
+        rdkafka.close(producer)

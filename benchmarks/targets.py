@@ -145,8 +145,11 @@ class HttpTarget:
         self.command = [str(sana), "up", "--port", str(self.port)] + (["--dry-run"] if dry_run else [])
         env = {**os.environ, "SANA_STATE_PREFIX": prefix, "SANA_REDIS_URL": redis_url, "SANA_RUN_DIR": str(run_dir),
                "SANA_DATA_DIR": str(run_dir / "data")}
+        self.bootstrap: str | None = None
         if not dry_run:
-            env.update(SANA_EMBEDDED_KAFKA_PORT=str(free_port()), SANA_SPARK_MASTER="local[2]",
+            broker_port = free_port()
+            self.bootstrap = f"127.0.0.1:{broker_port}"
+            env.update(SANA_EMBEDDED_KAFKA_PORT=str(broker_port), SANA_SPARK_MASTER="local[2]",
                        SANA_CHECKPOINT_DIR=str(run_dir / "checkpoints"))
             env.pop("SANA_KAFKA_BOOTSTRAP", None)
         run_dir.mkdir(parents=True, exist_ok=True)

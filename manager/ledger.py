@@ -75,13 +75,14 @@ class Ledger:
             return {}
         return measured_mbps(self.runtime.task_costs())
 
-    def deploy_and_commit(self, kind: str, change: Change, commit: Callable[[], int], what: str) -> int:
+    def deploy_and_commit(self, kind: str, change: Change, commit: Callable[[], int], what: str, **described) -> int:
         """Mark ``change`` pending, apply it, then ``commit()`` the state; returns the new state version.
 
-        The runtime failing raises :class:`DeployFailed` with nothing changed; the commit failing undoes
-        the deployment first (and a Redis that does not answer is raised as it is, for the guard)."""
+        The pending marker says ``kind``, ``what`` (the dataflow), the change and ``described`` (a group's
+        members). The runtime failing raises :class:`DeployFailed` with nothing changed; the commit failing
+        undoes the deployment first (and a Redis that does not answer is raised as it is, for the guard)."""
         self.store.mark_pending({"kind": kind, "dataflow": what, "reason": change.reason,
-                                 "start": [t.id for t in change.start], "stop": [t.id for t in change.stop]})
+                                 "start": [t.id for t in change.start], "stop": [t.id for t in change.stop], **described})
         fail_point(f"manager.{kind}.pending")
         try:
             self.runtime.apply(change)

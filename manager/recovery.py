@@ -8,6 +8,8 @@ at the pending marker a change leaves in Redis until it commits, and decides:
 - a **removal** goes forward: its work may already have stopped, bringing it
   back would leave a gap in its sinks, and the user asked for it to go (a
   retried DELETE gets 404);
+- a **group** of changes committed together (:mod:`manager.group`): each of its
+  submits goes back and each of its removals forward, as above;
 - a **re-placement** is completed once the runtime handed the work over (its
   state after was staged in Redis) and undone before.
 
@@ -47,13 +49,23 @@ def finish_interrupted(ledger: Ledger, pending: dict[str, Any]) -> None:
         log.warning("re-placement %r was not handed over; undoing what of it the runtime did", pending.get("reason"))
         ledger.store.drop_staged()
     elif pending.get("kind") == "unmerge" and dataflow in ledger.state.dataflows:
-        log.warning("removal of %s was interrupted before its commit; completing it", dataflow)
-        plan = merge.plan_unmerge(ledger.state, dataflow)
-        version = ledger.store.commit_unmerge(plan, ledger.state)
-        merge.apply_unmerge(ledger.state, plan)
-        ledger.state.version = version
+        complete_removal(ledger, dataflow)
+    elif pending.get("kind") == "group":
+        log.warning("group of %d changes was interrupted before its commit; undoing its submits, completing its "
+                    "removals", len(pending.get("members", ())))
+        for member in pending.get("members", ()):
+            if member.get("kind") == "unmerge" and member.get("dataflow") in ledger.state.dataflows:
+                complete_removal(ledger, member["dataflow"])
     else:
         log.warning("change %r was interrupted before its commit; undoing its deployment", pending.get("reason"))
+
+
+def complete_removal(ledger: Ledger, dataflow: str) -> None:
+    log.warning("removal of %s was interrupted before its commit; completing it", dataflow)
+    plan = merge.plan_unmerge(ledger.state, dataflow)
+    version = ledger.store.commit_unmerge(plan, ledger.state)
+    merge.apply_unmerge(ledger.state, plan)
+    ledger.state.version = version
 
 
 def handed_over(ledger: Ledger) -> bool:

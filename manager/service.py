@@ -1,8 +1,10 @@
-"""The manager: validates, plans, deploys and commits every change, one at a time.
+"""The manager: validates, plans, deploys and commits every change.
 
 A submit or remove runs under a thread lock and the Redis writer lock:
 sync with Redis -> plan (pure) -> mark pending -> runtime.apply -> commit
-(one transaction) -> update memory (:class:`manager.ledger.Ledger`). If the
+(one transaction) -> update memory (:class:`manager.ledger.Ledger`). Changes
+that arrive while another deploys are planned in order and deployed and
+committed together, each answered as if alone (:mod:`manager.group`). If the
 runtime fails, nothing was committed and the caller gets :class:`DeployFailed`;
 if the commit fails after a successful deployment, the deployment is undone
 first. A manager restarted on the same Redis loads the state and reconciles
@@ -33,6 +35,7 @@ from manager.containment import containment_shares, read_by_owner
 from manager.costs import attribute
 from manager.duplicates import find_repeats
 from manager.exceptions import DataflowNotFound
+from manager.group import GroupCommit, Prepared
 from manager.ledger import Ledger
 from manager.maintenance import Maintenance
 from manager.model import Dataflow
@@ -88,6 +91,7 @@ class Manager:
                                       closing=self._closing, containment=containment)
         self.maintenance = Maintenance(self.ledger, defrag_after_removals=defrag_after_removals,
                                        ensure_started=self._ensure_started)
+        self.group = GroupCommit(self.ledger)
 
     # What the API and the tests read of the parts.
 
@@ -154,13 +158,13 @@ class Manager:
 
     def submit_validated(self, flow: Dataflow, unique: bool = False) -> SubmitResult:
         """Merge a validated dataflow. One identical to a dataflow its owner runs is accepted with a warning, or
-        refused with :class:`~manager.exceptions.DataflowDuplicate` when ``unique`` (nothing changes): :mod:`manager.duplicates`."""
+        refused with :class:`~manager.exceptions.DataflowDuplicate` when ``unique`` (nothing changes): :mod:`manager.duplicates`.
+        Submits and removals arriving together are deployed and committed together (:mod:`manager.group`)."""
         self.limits.check_dataflow(flow)
         self._ensure_started()
         ledger = self.ledger
-        with ledger.guard(), ledger.changing, ledger.mutex, ledger.store.lock():
-            ledger.sync()
-            state = ledger.state
+
+        def prepare(state: State) -> Prepared:
             repeats = find_repeats(state, flow)
             if unique and repeats.duplicates:
                 raise repeats.refusal()
@@ -171,47 +175,52 @@ class Manager:
             self.limits.check_service(state, plan.new_tasks)
             named = {plan.dataflow.tasks[task] for task in plan.reused} | {row["equivalent"] for row in plan.not_shared}
             owner_tasks = owned_among(state, flow.owner, named) | read_by_owner(state, flow.owner, plan.contained)
-            version = ledger.deploy_and_commit("merge", plan.change, lambda: ledger.store.commit_merge(plan, state),
-                                               plan.dataflow.id)
-            merge.apply_merge(state, plan)
-            state.version = version
-            submitted = plan.dataflow.document_tasks()
-            sites = {task_id: state.tasks[running].site for task_id, running in submitted.items()}
-        flow_record = plan.dataflow
-        return SubmitResult(
-            id=flow_record.id,
-            name=flow_record.name,
-            tasks=submitted,
-            reused=list(plan.reused),
-            created=list(plan.created),
-            sinks=flow_record.sinks,
-            started=[spec.id for spec in plan.new_tasks],
-            sites=sites,
-            not_shared=list(plan.not_shared),
-            placement=dict(plan.placement),
-            weighing=plan.weighing,
-            owner_tasks=owner_tasks,
-            contained=[share.to_dict() for share in plan.contained],
-            duplicate_of=repeats.duplicate_of.id if repeats.duplicate_of else None,
-            warnings=repeats.warnings(flow_record.id, len(plan.new_tasks)),
-        )
+
+            def apply(state: State) -> SubmitResult:
+                merge.apply_merge(state, plan)
+                submitted = plan.dataflow.document_tasks()
+                record = plan.dataflow
+                return SubmitResult(
+                    id=record.id,
+                    name=record.name,
+                    tasks=submitted,
+                    reused=list(plan.reused),
+                    created=list(plan.created),
+                    sinks=record.sinks,
+                    started=[spec.id for spec in plan.new_tasks],
+                    sites={task_id: state.tasks[running].site for task_id, running in submitted.items()},
+                    not_shared=list(plan.not_shared),
+                    placement=dict(plan.placement),
+                    weighing=plan.weighing,
+                    owner_tasks=owner_tasks,
+                    contained=[share.to_dict() for share in plan.contained],
+                    duplicate_of=repeats.duplicate_of.id if repeats.duplicate_of else None,
+                    warnings=repeats.warnings(record.id, len(plan.new_tasks)),
+                )
+
+            return Prepared("merge", plan.dataflow.id, plan.change, ledger.store.merge_writes(plan, state), apply)
+
+        return self.group.run(prepare)
 
     def remove(self, dataflow_id: str) -> RemoveResult:
         """Unmerge a dataflow; returns once its unshared work has stopped."""
         self._ensure_started()
         ledger = self.ledger
-        with ledger.guard(), ledger.changing, ledger.mutex, ledger.store.lock():
-            ledger.sync()
-            state = ledger.state
+
+        def prepare(state: State) -> Prepared:
             if dataflow_id not in state.dataflows:
                 raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id})
             plan = merge.plan_unmerge(state, dataflow_id)
-            version = ledger.deploy_and_commit("unmerge", plan.change,
-                                               lambda: ledger.store.commit_unmerge(plan, state), dataflow_id)
-            merge.apply_unmerge(state, plan)
-            state.version = version
+
+            def apply(state: State) -> RemoveResult:
+                merge.apply_unmerge(state, plan)
+                return RemoveResult(id=dataflow_id, terminated=[spec.id for spec in plan.terminated])
+
+            return Prepared("unmerge", dataflow_id, plan.change, ledger.store.unmerge_writes(plan), apply)
+
+        result = self.group.run(prepare)
         self.maintenance.removed()
-        return RemoveResult(id=dataflow_id, terminated=[spec.id for spec in plan.terminated])
+        return result
 
     # -- the WAN and maintenance (their parts do the work) ---------------------------
 
@@ -302,6 +311,7 @@ class Manager:
             "containment": self.containment,
             "containment_shares": containment_shares(state),
             "wan_configured": state.wan is not None,
+            "change_groups": self.group.counts(),
         }
 
 

@@ -12,9 +12,9 @@ Layout (``p`` is the prefix):
 - ``p:wan_notes``   hash: running task id -> JSON list of the refused shares that made it start
 - ``p:lock``        the writer lock; ``p:pending`` the change being deployed
 
-Every change is one MULTI/EXEC transaction guarded by ``WATCH p:meta``, so a
-crash leaves the old state or the new one, and a writer that lost its lock
-cannot overwrite a newer state.
+Every change (or group of changes committed together) is one MULTI/EXEC
+transaction guarded by ``WATCH p:meta``, so a crash leaves the old state or the
+new one, and a writer that lost its lock cannot overwrite a newer state.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,6 +38,9 @@ from wan.exceptions import WanConfigInvalid
 from wan.topology import WanConfig, parse_wan_config
 
 log = logging.getLogger("sana.manager.store")
+
+#: What one change writes into the transaction that commits it.
+Writes = Callable[[redis.client.Pipeline], None]
 
 # The writer lock is a lease: held for LOCK_TTL_MS and renewed every third of it while its holder
 # lives, so a change may take as long as it needs and a holder killed with -9 blocks the next
@@ -186,35 +189,55 @@ class Store:
         raw = self.redis.get(self.pending)
         return None if raw is None else json.loads(raw)
 
-    def commit_merge(self, plan: MergePlan, state: State) -> int:
-        """Write a submit; ``state`` is the state the plan was made against."""
-
-        def write(pipe: redis.client.Pipeline) -> None:
-            flow = plan.dataflow
-            if plan.new_tasks:
-                pipe.hset(self.tasks, mapping={spec.id: json.dumps(spec.to_dict()) for spec in plan.new_tasks})
-                pipe.hset(self.signatures, mapping=plan.signature_index)
-            if plan.notes:
-                pipe.hset(self.wan_notes, mapping={task_id: json.dumps(notes) for task_id, notes in plan.notes.items()})
-            moved = {spec.id: plan.new_task_dag[spec.id] for spec in plan.new_tasks}
-            for old, target in plan.relabel.items():
-                moved.update({task_id: target for task_id in state.dag_members[old]})
-            if moved:
-                pipe.hset(self.task_dag, mapping=moved)
-            for task_id in flow.running_ids():
-                pipe.hincrby(self.refcounts, task_id, 1)
-            pipe.hset(self.dataflows, flow.id, json.dumps(flow.to_dict()))
-            pipe.hset(self.meta, mapping={"next_dataflow": plan.next_dataflow, "next_dag": plan.next_dag})
-
-        return self._commit(state.version, write)
-
     def commit_unmerge(self, plan: UnmergePlan, state: State) -> int:
         """Write a remove; ``state`` is the state the plan was made against."""
+        return self._commit(state.version, self.unmerge_writes(plan))
+
+    def commit_group(self, writes: list[Writes], version: int) -> int:
+        """Write several changes in one transaction, in order (group commit); ``version`` is the state's before the
+        first. The version goes up by one for the group."""
 
         def write(pipe: redis.client.Pipeline) -> None:
-            flow = plan.dataflow
-            gone = [spec.id for spec in plan.terminated]
-            for task_id in flow.running_ids() - set(gone):
+            for each in writes:
+                each(pipe)
+
+        return self._commit(version, write)
+
+    def merge_writes(self, plan: MergePlan, state: State) -> Writes:
+        """What committing a submit writes, read off ``state`` (the state it was planned against) now, so that it
+        can be written after later changes of a group changed ``state``."""
+        flow = plan.dataflow
+        moved = {spec.id: plan.new_task_dag[spec.id] for spec in plan.new_tasks}
+        for old, target in plan.relabel.items():
+            moved.update({task_id: target for task_id in state.dag_members[old]})
+        tasks = {spec.id: json.dumps(spec.to_dict()) for spec in plan.new_tasks}
+        notes = {task_id: json.dumps(notes) for task_id, notes in plan.notes.items()}
+        record = json.dumps(flow.to_dict())
+        used = sorted(flow.running_ids())
+
+        def write(pipe: redis.client.Pipeline) -> None:
+            if tasks:
+                pipe.hset(self.tasks, mapping=tasks)
+                pipe.hset(self.signatures, mapping=plan.signature_index)
+            if notes:
+                pipe.hset(self.wan_notes, mapping=notes)
+            if moved:
+                pipe.hset(self.task_dag, mapping=moved)
+            for task_id in used:
+                pipe.hincrby(self.refcounts, task_id, 1)
+            pipe.hset(self.dataflows, flow.id, record)
+            pipe.hset(self.meta, mapping={"next_dataflow": plan.next_dataflow, "next_dag": plan.next_dag})
+
+        return write
+
+    def unmerge_writes(self, plan: UnmergePlan) -> Writes:
+        """What committing a remove writes."""
+        flow = plan.dataflow
+        gone = [spec.id for spec in plan.terminated]
+        released = sorted(flow.running_ids() - set(gone))
+
+        def write(pipe: redis.client.Pipeline) -> None:
+            for task_id in released:
                 pipe.hincrby(self.refcounts, task_id, -1)
             if gone:
                 pipe.hdel(self.tasks, *gone)
@@ -232,7 +255,7 @@ class Store:
             pipe.hdel(self.dataflows, flow.id)
             pipe.hset(self.meta, "next_dag", plan.next_dag)
 
-        return self._commit(state.version, write)
+        return write
 
     def write_all(self, state: State) -> int:
         """Rewrite the whole state (Redis came back empty while we still hold it)."""

@@ -58,7 +58,7 @@ def test_crash_between_deploy_and_commit_is_undone_on_restart(redis_client, stat
     def crash(*args, **kwargs):
         raise Crash()
 
-    monkeypatch.setattr(manager.store, "commit_merge", crash)
+    monkeypatch.setattr(manager.store, "commit_group", crash)
     with pytest.raises(Crash):
         manager.submit(urban_etl("b", threshold=40))
     runtime = DryRunRuntime(redis_client, state_prefix)
@@ -123,7 +123,7 @@ def test_crash_in_a_removal_before_its_commit_completes_it_on_restart(redis_clie
     def crash(*args, **kwargs):
         raise Crash()
 
-    monkeypatch.setattr(manager.store, "commit_unmerge", crash)
+    monkeypatch.setattr(manager.store, "commit_group", crash)
     with pytest.raises(Crash):
         manager.remove(first.id)
     runtime = DryRunRuntime(redis_client, state_prefix)
