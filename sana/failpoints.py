@@ -25,6 +25,8 @@ POINTS = (
     # the manager's change: mark pending -> runtime.apply -> commit -> memory
     "manager.merge.pending", "manager.merge.deployed", "manager.merge.committed",
     "manager.unmerge.pending", "manager.unmerge.deployed", "manager.unmerge.committed",
+    # the same steps for a group of changes deployed and committed together (manager.group)
+    "manager.group.pending", "manager.group.deployed", "manager.group.committed",
     # re-placement: stage the state after it (pending) -> runtime.hand_over -> mark it handed over -> commit
     "manager.replace.pending", "manager.replace.deployed", "manager.replace.staged",
     # inside the Spark runtime's apply: records and topics written -> queries (re)planned -> old queries stopped
