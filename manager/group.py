@@ -15,16 +15,25 @@ writer lock:
 
 So the runtime converges once per group, not once per change, and the change
 rate rises with the load instead of queueing behind one deployment at a time.
-A group never holds a change that starts a task an earlier member stops, or
-the other way round: such a change waits for the next group, where it is
+A group never holds a change that starts a task an earlier member stops (or
+the other way round), nor one that starts a writer of a topic whose writer an
+earlier member stops: such a change waits for the next group, where it is
 planned again.
 
 If the runtime refuses the group, nothing of it was deployed or committed:
 each member is then tried alone, so one change that cannot deploy fails only
-its own request. If the commit fails, the deployment is undone and every
-member gets the error, which is what each would have got alone. A process
-killed in between leaves the group's pending marker: on restart its submits
-are undone and its removals completed (:mod:`manager.recovery`).
+its own request. If the commit finds the state changed underneath (another
+manager on the prefix), the deployment is undone and the members are tried
+alone too, planned on the new state; if Redis does not answer, every member
+gets that error, as each would have alone. A process killed in between
+leaves the group's pending marker: on restart its submits are undone and its
+removals completed (:mod:`manager.recovery`).
+
+Memory follows each member as the next is planned, before the group commits;
+a group that does not commit has the state read again from Redis. A reader
+holding the state object meanwhile (:meth:`~manager.ledger.Ledger.snapshot`
+returns it) may see members that do not commit, as it could see a single
+change's memory update before.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from manager.exceptions import DeployFailed
 from manager.ledger import Ledger
@@ -48,7 +57,7 @@ MAX_GROUP = 64
 class Prepared:
     """A planned change: what the runtime does, what Redis gets, and how memory follows (returning the answer)."""
 
-    kind: str           # "merge" or "unmerge"
+    kind: Literal["merge", "unmerge"]
     dataflow: str
     change: Change
     writes: Writes
@@ -59,7 +68,7 @@ class Prepared:
 class _Request:
     prepare: Callable[[State], Prepared]
     alone: bool = False         # tried alone: its group could not deploy
-    applied: bool = False       # memory is past it (it is not its group's last)
+    in_memory: bool = False     # memory is past it, before its group committed (a later member planned on it)
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
@@ -67,6 +76,17 @@ class _Request:
     def answer(self, result: Any = None, error: BaseException | None = None) -> None:
         self.result, self.error = result, error
         self.done.set()
+
+
+@dataclass
+class _Round:
+    """What became of the requests of one round: the members, the refusals held until the members commit, and
+    the requests put back in the queue."""
+
+    members: list[tuple[_Request, Prepared]] = field(default_factory=list)
+    refused: list[tuple[_Request, Exception]] = field(default_factory=list)
+    requeued: list[_Request] = field(default_factory=list)
+    committed: bool = False
 
 
 class GroupCommit:
@@ -94,7 +114,7 @@ class GroupCommit:
     def run(self, prepare: Callable[[State], Prepared]) -> Any:
         """Plan, deploy and commit one change, together with whatever else is queued; its answer, or its error.
 
-        ``prepare`` plans against the state it is given, without changing it, and raises to refuse."""
+        ``prepare`` plans against the state it is given without changing what is stored, and raises to refuse."""
         request = _Request(prepare)
         with self._queued:
             self._queue.append(request)
@@ -113,84 +133,87 @@ class GroupCommit:
     def _round(self, batch: list[_Request]) -> None:
         """Plan, deploy and commit ``batch`` (or its head, up to a conflict) as one group, and answer it."""
         ledger = self.ledger
-        members: list[tuple[_Request, Prepared]] = []
-        refused: list[tuple[_Request, Exception]] = []   # refused after a member: final once that member commits
-        taken: list[_Request] = []
-        requeued: list[_Request] = []
+        outcome = _Round()
         try:
             with ledger.mutex, ledger.store.lock():
                 ledger.sync()
-                state = ledger.state
-                version = state.version
-                started: set[str] = set()
-                stopped: set[str] = set()
-                for index, request in enumerate(batch):
-                    if members and not members[-1][0].applied:
-                        previous, planned = members[-1]
-                        previous.result, previous.applied = planned.apply(state), True
-                    try:
-                        prepared = request.prepare(state)
-                    except Exception as error:  # a refusal: nothing of it changes
-                        if not members:  # planned on the committed state: final
-                            request.answer(error=error)
-                            continue
-                        refused.append((request, error))
-                        taken.append(request)
-                        continue
-                    starts = {task.id for task in prepared.change.start}
-                    stops = {task.id for task in prepared.change.stop}
-                    if members and (starts & stopped or stops & started):
-                        requeued = batch[index:]
-                        self._requeue(requeued)
-                        break
-                    members.append((request, prepared))
-                    taken.append(request)
-                    started |= starts
-                    stopped |= stops
-                if members:
-                    if not self._commit(members, version, state, held=bool(refused)):
-                        for request in taken:  # the runtime refused the group: each change alone, in order
-                            request.alone, request.applied = True, False
-                        self._requeue(taken)
-                        return
+                self._plan(batch, ledger.state, outcome)
+                if outcome.members and self._commit(outcome.members, ledger.state):
+                    outcome.committed = True
+                elif outcome.members:
+                    retry = [request for request, _ in outcome.members] + [request for request, _ in outcome.refused]
+                    for request in retry:  # the runtime refused the group: each change alone, in arrival order
+                        request.alone, request.in_memory = True, False
+                    outcome.requeued = sorted(retry, key=batch.index) + outcome.requeued
+                    outcome.members, outcome.refused = [], []
         except BaseException as error:
-            if any(request.applied for request, _ in members):
-                ledger.loaded = False  # memory is past changes that did not commit: read the state again
-            for request in taken:
-                if not request.done.is_set():
+            if outcome.members and not outcome.committed:
+                ledger.loaded = False  # memory may be past changes that did not commit: read the state again
+            settled = set(map(id, outcome.requeued))
+            if outcome.committed:
+                settled |= {id(request) for request, _ in outcome.members} | {id(request) for request, _ in outcome.refused}
+            for request in batch:  # Redis went away, the lock was not had, or the process is going down
+                if not request.done.is_set() and id(request) not in settled:
                     request.answer(error=error)
-            for request in batch:  # not reached: Redis went away under the lock, or the lock was not had
-                if not request.done.is_set() and request not in requeued:
-                    request.answer(error=error)
-            return
-        for request, error in refused:
+            self._requeue(outcome.requeued)
+            if not outcome.committed:
+                return
+        else:
+            self._requeue(outcome.requeued)
+        for request, error in outcome.refused:
             request.answer(error=error)
-        for request, _ in members:
+        for request, _ in outcome.members:
             request.done.set()
 
-    def _commit(self, members: list[tuple[_Request, Prepared]], version: int, state: State, held: bool) -> bool:
-        """Deploy and commit ``members`` as one change. False when the runtime refused it and its members are
-        to be tried alone: there were several, or changes after the one were planned past it (``held``
-        refusals, or memory already past it); a lone change's refusal is raised."""
+    def _plan(self, batch: list[_Request], state: State, outcome: _Round) -> None:
+        """Plan each request in turn, memory following the members before it, up to a conflict."""
+        started: set[str] = set()
+        stopped: set[str] = set()
+        for index, request in enumerate(batch):
+            if outcome.members and not outcome.members[-1][0].in_memory:
+                previous, planned = outcome.members[-1]
+                previous.in_memory = True  # set first: an apply that raises leaves memory to be read again
+                previous.result = planned.apply(state)
+            try:
+                prepared = request.prepare(state)
+            except Exception as error:  # a refusal: nothing of it changes
+                if outcome.members:  # planned past members that are not committed yet: final once they are
+                    outcome.refused.append((request, error))
+                else:
+                    request.answer(error=error)
+                continue
+            starts, stops = _touched(prepared.change.start), _touched(prepared.change.stop)
+            if outcome.members and (starts & stopped or stops & started):
+                outcome.requeued = batch[index:]
+                return
+            outcome.members.append((request, prepared))
+            started |= starts
+            stopped |= stops
+
+    def _commit(self, members: list[tuple[_Request, Prepared]], state: State) -> bool:
+        """Deploy and commit ``members`` as one change. False when the runtime (or a state changed underneath)
+        refused a group its members are to be tried alone from: several changes, or one that memory is past
+        (changes after it were planned on it); a lone change's refusal is raised."""
         ledger = self.ledger
         writes = [prepared.writes for _, prepared in members]
         last_request, last = members[-1]
+        version = state.version
         if len(members) == 1:
             kind, what, extra = last.kind, last.dataflow, {}
         else:
-            kind, what = "group", f"{len(members)} changes"
+            kind, what = "group", None
             extra = {"members": [{"kind": prepared.kind, "dataflow": prepared.dataflow} for _, prepared in members]}
         try:
             new_version = ledger.deploy_and_commit(kind, _together([prepared for _, prepared in members]),
                                                    lambda: ledger.store.commit_group(writes, version), what, **extra)
         except DeployFailed:
-            if len(members) == 1 and not last_request.applied and not held:
+            if len(members) == 1 and not last_request.in_memory:
                 raise
-            if any(request.applied for request, _ in members):
-                ledger.loaded = False  # memory is past changes that did not deploy: read the state again
+            ledger.loaded = False  # memory is past changes that did not deploy: read the state again
             return False
-        if not last_request.applied:
-            last_request.result, last_request.applied = last.apply(state), True
+        if not last_request.in_memory:
+            last_request.in_memory = True
+            last_request.result = last.apply(state)
         state.version = new_version
         self.groups += 1
         self.changes += len(members)
@@ -202,11 +225,26 @@ class GroupCommit:
             self._queue[:0] = requests
 
 
+def _touched(tasks) -> set[str]:
+    """The task ids, and the topics the sinks among them write: a group never starts a writer of a topic whose
+    writer an earlier member stops (both would write it for a moment), nor a task it stops."""
+    return {task.id for task in tasks} | {f"topic:{task.config['topic']}" for task in tasks if task.type == "sink"}
+
+
 def _together(members: list[Prepared]) -> Change:
-    """One runtime change for a group: every member's starts in order (parents first across members), then
-    every member's stops, last member first (children first)."""
+    """One runtime change for a group: the members' starts in order (parents first across members), then
+    their stops in order (a later member stops only what an earlier one's stopped tasks read: children first).
+
+    >>> from runtime.plan import TaskSpec
+    >>> def spec(name): return TaskSpec(name, name, "filter", {}, None, (), "f", {})
+    >>> one = Prepared("unmerge", "df-1", Change(stop=(spec("sink-1"),), reason="remove df-1"), None, None)
+    >>> two = Prepared("unmerge", "df-2", Change(stop=(spec("sink-2"), spec("filter")), reason="remove df-2"), None, None)
+    >>> change = _together([one, two])
+    >>> [task.id for task in change.stop], change.reason
+    (['sink-1', 'sink-2', 'filter'], 'remove df-1; remove df-2')
+    """
     if len(members) == 1:
         return members[0].change
     start = tuple(task for prepared in members for task in prepared.change.start)
-    stop = tuple(task for prepared in reversed(members) for task in prepared.change.stop)
+    stop = tuple(task for prepared in members for task in prepared.change.stop)
     return Change(start=start, stop=stop, reason="; ".join(prepared.change.reason for prepared in members))

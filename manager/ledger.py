@@ -8,8 +8,10 @@ re-placement, maintenance) works through one :class:`Ledger`:
 - :meth:`Ledger.deploy_and_commit` marks the change pending, has the runtime
   apply it, commits the state in one transaction, and undoes the deployment
   if the commit fails: nothing changes unless everything did;
-- ``changing`` admits one change at a time (submit, remove, defragment,
-  re-place); ``mutex`` guards memory, so reads go on while a change deploys;
+- ``changing`` admits one change (or group of changes, :mod:`manager.group`) at a
+  time (submit, remove, defragment, re-place); ``mutex`` guards memory: reads
+  wait while a submit or removal deploys, and go on during a re-placement's
+  hand-over, which takes ``mutex`` only to plan and to commit;
 - :meth:`Ledger.guard` turns Redis being unreachable into
   :class:`~manager.exceptions.StateUnavailable`.
 """
@@ -75,11 +77,11 @@ class Ledger:
             return {}
         return measured_mbps(self.runtime.task_costs())
 
-    def deploy_and_commit(self, kind: str, change: Change, commit: Callable[[], int], what: str, **described) -> int:
+    def deploy_and_commit(self, kind: str, change: Change, commit: Callable[[], int], what: str | None, **described) -> int:
         """Mark ``change`` pending, apply it, then ``commit()`` the state; returns the new state version.
 
-        The pending marker says ``kind``, ``what`` (the dataflow), the change and ``described`` (a group's
-        members). The runtime failing raises :class:`DeployFailed` with nothing changed; the commit failing
+        The pending marker says ``kind``, ``what`` (the dataflow; None for a group), the change and
+        ``described`` (a group's members). The runtime failing raises :class:`DeployFailed` with nothing changed; the commit failing
         undoes the deployment first (and a Redis that does not answer is raised as it is, for the guard)."""
         self.store.mark_pending({"kind": kind, "dataflow": what, "reason": change.reason,
                                  "start": [t.id for t in change.start], "stop": [t.id for t in change.stop], **described})

@@ -84,7 +84,7 @@ class FlowIndex:
 
     def add(self, task_id: str, site: str, inputs: Sequence[str], rate_mbps: float) -> None:
         """A running task at ``site`` reading ``inputs`` (ids not in the index are left out; a task left
-        without any is a source at its own rate)."""
+        without any is a source at its own rate). A task already in the index raises ``ValueError``."""
         if task_id in self.sites:
             raise ValueError(f"task {task_id!r} is already in the flow index")
         kept = tuple(parent for parent in inputs if parent in self.sites)
@@ -185,7 +185,7 @@ class FlowIndex:
             vectors[task.id] = _vector(task.id, kept, task.rate_mbps, all_rates, all_vectors)
             for parent in kept:
                 read[parent] = read.get(parent, 0) + 1
-                parent_site = sites.get(parent) or self.sites[parent]
+                parent_site = sites[parent] if parent in sites else self.sites[parent]
                 if parent_site == task.site or (parent, task.site) in crossing or self.arrivals.get((parent, task.site)):
                     continue
                 crossing[(parent, task.site)] = None

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["manager.merge", "manager.reuse", "manager.traffic", "manager.signature", "manager.validate", "manager.costs", "scheduler.fragments",
+MODULES = ["manager.merge", "manager.group", "manager.reuse", "manager.traffic", "manager.signature", "manager.validate", "manager.costs", "scheduler.fragments",
            "runtime.costs", "api.cli", "runtime.operators.sql",
            "sana.auth", "manager.status", "runtime.quarantine"]
 

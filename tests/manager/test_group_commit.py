@@ -162,6 +162,24 @@ def test_a_change_that_starts_a_task_an_earlier_member_stops_waits_for_the_next_
     assert set(runtime.deployed()) == set(manager.state.tasks)
 
 
+def test_a_change_that_starts_a_writer_of_a_topic_whose_writer_an_earlier_member_stops_waits(setup):
+    """One at a time the removal's sink stops before the new one starts; in one group both would write it."""
+    manager, runtime, calls = setup()
+    old = manager.submit(urban_etl("alerts-shared", threshold=77))
+    humid = chain(source(site="us-east"), task("wet", "filter", expr="humidity > 80"), task("out", "sink", topic="alerts-a"))
+    calls.hold("a", lambda: manager.submit(humid))
+    calls.queue("gone", lambda: manager.remove(old.id))
+    calls.queue("new writer", lambda: manager.submit(urban_etl("alerts-shared", threshold=66)))
+    answers = calls.release()
+
+    assert answers["gone"].terminated and answers["new writer"].started
+    assert len(runtime.changes) == 4, [change.reason for change in runtime.changes]
+    for change in runtime.changes:
+        sinks = [task.config["topic"] for task in (*change.start, *change.stop) if task.type == "sink"]
+        assert len(sinks) == len(set(sinks)), change.reason
+    _check_settled(manager, runtime, {answers["a"].id: humid, answers["new writer"].id: urban_etl("alerts-shared", threshold=66)})
+
+
 def test_a_group_the_runtime_refuses_is_tried_change_by_change(setup, redis_client, state_prefix):
     bad = lambda change: any(task.config.get("topic") == "alerts-bad" for task in change.start)  # noqa: E731
     manager, runtime, calls = setup(refuse=bad)

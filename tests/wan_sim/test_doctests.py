@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = [
-    "wan.topology", "wan.monitor", "wan.flow", "wan_sim.scenario", "wan_sim.policies", "wan_sim.simulate",
+    "wan.topology", "wan.monitor", "wan.flow", "wan.flow_index", "wan_sim.scenario", "wan_sim.policies", "wan_sim.simulate",
     "wan_sim.workloads", "planning.model", "optimizer.planner", "optimizer.contention", "optimizer.rates", "optimizer.views", "scheduler.placement", "scheduler.assignment",
 ]
 
