@@ -251,8 +251,9 @@ class State:
             self._index(task)
 
     def _index(self, task: TaskSpec) -> None:
-        """Add ``task`` to the flow model at its site, or where its data is when it has none (as
-        :meth:`RunningSet.site` locates it); a task without either stays out, as the optimizer leaves it out."""
+        """Add ``task`` to the flow model at its site, or where its data is when it has none (a task started
+        before the WAN configuration existed): a source at its topic's configured origin, another task at its
+        first input's site. A task without either stays out, and the optimizer does not see it."""
         site = task.site
         if site is None and task.type == "source":
             origin = self.wan.source_origin(str(task.config.get("topic")))
@@ -330,28 +331,19 @@ def parents_first(tasks: Mapping[str, TaskSpec]) -> list[str]:
 class RunningSet:
     """The running set as the optimizer reads it (:class:`planning.model.RunningView`).
 
-    Tasks started before a WAN configuration existed have no site; they are
-    located where their data is: a source at its topic's configured origin,
-    another task at its first input's site. ``rates`` (task id -> Mbps)
-    replaces the estimates, e.g. with measured rates (:mod:`manager.traffic`).
+    Read with a WAN configuration. Tasks started before it existed have no
+    site; they are located where their data is (:meth:`State._index`).
+    ``rates`` (task id -> Mbps) replaces the estimates, e.g. with measured
+    rates (:mod:`manager.traffic`).
     """
 
     def __init__(self, state: State, rates: Mapping[str, float] | None = None) -> None:
         self._state = state
         self._rates = state.rates if rates is None else rates
-        self._sites: dict[str, str | None] = {}
 
     def site(self, task_id: str) -> str | None:
-        if task_id not in self._sites:
-            task = self._state.tasks[task_id]
-            site = task.site
-            if site is None and task.type == "source" and self._state.wan is not None:
-                origin = self._state.wan.source_origin(str(task.config.get("topic")))
-                site = origin.site if origin else None
-            elif site is None and task.inputs:
-                site = self.site(task.inputs[0][1])
-            self._sites[task_id] = site
-        return self._sites[task_id]
+        """Where the state's flow model locates the task (:meth:`State._index`); None for a task it leaves out."""
+        return self._state.flow.sites.get(task_id)
 
     def instances(self, signature: str) -> Iterable[RunningTask]:
         result = []

@@ -89,17 +89,9 @@ class Contention:
         if self.index is not None:
             return self.index.delivered(_new_tasks(query, plan), self.wan.capacity, self.background, scale)
         rates, shape = dict(self.rates), dict(self.shape)
-        by_id = {task.id: task for task in query}
-        mapping: dict[str, str] = {}
-        for task_id, decision in plan.decisions.items():
-            if decision.action == "reuse" and decision.running is not None:
-                mapping[task_id] = decision.running
-                continue
-            new_id = f"plan:{task_id}"
-            task = by_id[task_id]
-            rates[new_id] = task.rate_mbps or 0.0
-            shape[new_id] = (decision.site, tuple(mapping[parent] for _, parent in task.inputs))
-            mapping[task_id] = new_id
+        for task in _new_tasks(query, plan):
+            rates[task.id] = task.rate_mbps
+            shape[task.id] = (task.site, task.inputs)
         tasks = _flow_tasks(rates, shape, scale)
         vectors = source_vectors(tasks)
         coefficients: dict[tuple[str, str], dict[str, float]] = {}
