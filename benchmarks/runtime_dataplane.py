@@ -58,6 +58,12 @@ URBAN = {"sensor": "string", "temp": "double", "sent": "double", "ts": "timestam
 
 # -- measuring -----------------------------------------------------------------------------
 
+# How often the measuring loop reads a query's progress. Reading ``recentProgress`` parses up to 100 progress
+# reports through py4j; every 20 ms (as this script did until 2026-11-26) it cost the measured process tree
+# 0.05-0.3 CPU-seconds per 20,000-row batch, more the longer a batch took.
+POLL_S = 0.5
+
+
 def _steady_state(query, rows: int, warmup_batches: int = 2, broker_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
     """CPU and time per row over the batches after the first ``warmup_batches`` (the query's start, the Python
     workers' and the generated code's first use are left out), until ``rows`` rows are processed in all.
@@ -77,7 +83,7 @@ def _steady_state(query, rows: int, warmup_batches: int = 2, broker_cpu: Callabl
             start = (process_tree_cpu_s(), processed, busy, batches, broker_cpu() if broker_cpu else 0.0)
         if processed >= rows:
             break
-        time.sleep(0.02)
+        time.sleep(POLL_S)
     if start is None or processed <= start[1]:
         raise SystemExit(f"too few batches to measure after {warmup_batches} of warm-up: raise the rows")
     cpu = process_tree_cpu_s() - start[0]
@@ -87,6 +93,10 @@ def _steady_state(query, rows: int, warmup_batches: int = 2, broker_cpu: Callabl
     if broker_cpu is not None:  # the broker is a child of this process: its CPU is part of the tree's
         result["broker_cpu_s_per_million_rows"] = round((broker_cpu() - start[4]) / measured * 1e6, 1)
     return result
+
+
+def status(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -259,15 +269,26 @@ class Bench:
 
     # -- throughput ---------------------------------------------------------------------------
 
-    def throughput(self, rows: int) -> dict[str, Any]:
+    def throughput(self, rows: int, warmup: bool = True) -> dict[str, Any]:
+        """The fragment and the ``rate`` anchor at each batch cap, one after the other.
+
+        With ``warmup`` both first run once over the backlog unmeasured, so neither is measured while the JVM
+        is still compiling Spark's planning code (a service runs warm; before 2026-11-26 the fragment ran
+        first in a cold JVM and the anchor after it)."""
         topic, sink = self.topic("tp-in"), self.topic("tp-out")
         backlog(self.bootstrap, topic, rows)
+        if warmup:
+            status("throughput: warm-up, fragment then anchor, 20,000-row batches")
+            self.kafka_fragment(self.bootstrap, topic, sink, rows, 20_000)
+            self._rate_anchor(rows, sink, 20_000)
         results = {}
         for batch_rows in (20_000, 100_000):
+            status(f"throughput: fragment, {batch_rows:,}-row batches")
             results[f"kafka_fragment_max_{batch_rows}_per_batch"] = self.kafka_fragment(self.bootstrap, topic, sink, rows,
                                                                                       batch_rows)
-        for batch_rows in (20_000, 100_000):
+            status(f"throughput: rate anchor, {batch_rows:,}-row batches")
             results[f"spark_rate_source_{batch_rows}_per_batch"] = self._rate_anchor(rows, sink, batch_rows)
+        results["warmed_up"] = warmup
         return results
 
     @staticmethod
@@ -341,9 +362,13 @@ class Bench:
             manager.submit(tapping_flow(topic, quiet, hopped, -1))
             assert len(manager.runtime.queries) == 2
             with Arrivals(self.bootstrap, [direct, hopped]) as arrivals, SteadyProducer(self.bootstrap, topic, rate):
+                # warm-up: until both sinks receive (the second query's start can take several seconds), then 5 s
+                deadline = time.monotonic() + 60
+                while len(arrivals.first) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.2)
                 time.sleep(5)
                 for values in arrivals.latencies.values():
-                    values.clear()  # warm-up
+                    values.clear()
                 time.sleep(seconds)
             one, two = arrivals.latencies[direct], arrivals.latencies[hopped]
             return {"records": [len(one), len(two)], "trigger_s": 0.5, "rate_per_s": rate,
@@ -479,6 +504,7 @@ def main() -> None:
     parser.add_argument("--counts", help="scale: comma-separated dataflow counts (default 1,10,30)")
     parser.add_argument("--modes", default="hosting,one_query_per_fragment", help="scale: which runtimes to compare")
     parser.add_argument("--records", type=int, help="broker: records produced and consumed (default 200,000)")
+    parser.add_argument("--no-warmup", action="store_true", help="throughput: measure from a cold JVM (as before 2026-11-26)")
     args = parser.parse_args()
     bench = Bench(broker=any(part != "broker" for part in args.parts))
     out: dict[str, Any] = {"machine": {"cores": os.cpu_count(), "spark_master": MASTER}, "command": " ".join(sys.argv)}
@@ -486,7 +512,7 @@ def main() -> None:
         for part in args.parts:
             started = time.monotonic()
             if part == "throughput":
-                out[part] = bench.throughput(100_000 if args.quick else 600_000)
+                out[part] = bench.throughput(100_000 if args.quick else 1_200_000, warmup=not args.no_warmup)
             elif part == "hop":
                 out[part] = bench.hop(10 if args.quick else 30, 100)
             elif part == "post":

@@ -7,6 +7,10 @@ of the last batch. The workaround: take L from ListOffsets; when L > 0 fetch
 the record at L-1 with a 1-byte fetch limit (the broker still returns the
 whole batch holding it) and use max(L, last offset seen + 1, the fetch
 response's high watermark). On a correct broker this returns L.
+
+A stream reader asks every trigger; its :class:`EndProbe` reads the batch
+holding L-1 only where L moved since its last probe (a partition's last
+batch, and so its end, cannot change while L stays).
 """
 
 from __future__ import annotations
@@ -56,16 +60,25 @@ def end_offsets(consumer: KafkaConsumer, partitions: Iterable[TopicPartition],
     if not partitions:
         return {}
     listed = consumer.end_offsets(partitions, timeout_ms=int(timeout_s * 1000))
-    result = {tp: int(offset) for tp, offset in listed.items()}
+    return _past_last_batch(consumer, {tp: int(offset) for tp, offset in listed.items()}, timeout_s)
+
+
+def _past_last_batch(consumer: KafkaConsumer, listed: Mapping[TopicPartition, int], timeout_s: float,
+                     answered: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+    """True ends, from ListOffsets' ``listed`` L: the batch holding L-1 is read where L > 0.
+
+    ``answered`` (when given) receives the partitions whose end is known for sure: no batch, or it was read."""
+    result = dict(listed)
+    answered = set() if answered is None else answered
+    answered.update(tp for tp, offset in result.items() if offset <= 0)
     probe = [tp for tp, offset in result.items() if offset > 0]
     if not probe:
         return result
     consumer.assign(probe)
     for tp in probe:
         consumer.seek(tp, result[tp] - 1)
-    answered: set[TopicPartition] = set()
     deadline = time.monotonic() + timeout_s
-    while len(answered) < len(probe) and time.monotonic() < deadline:
+    while not answered.issuperset(probe) and time.monotonic() < deadline:
         batches = consumer.poll(timeout_ms=100, max_records=100_000)
         for tp, records in batches.items():
             if records:
@@ -88,6 +101,48 @@ def topic_end_offsets(consumer: KafkaConsumer, topics: Iterable[str]) -> dict[st
     for tp, offset in ends.items():
         result.setdefault(tp.topic, {})[tp.partition] = offset
     return result
+
+
+class EndProbe:
+    """End offsets of whole topics, asked again and again (a stream reader's every trigger).
+
+    :func:`topic_end_offsets` without its expensive part where it can be skipped: ListOffsets is asked
+    for every partition each time, the batch holding L-1 is read only where L changed since this probe
+    last read it. Batches are never rewritten, so while L stays the last batch and the end stay too.
+    Raises ``kafka.errors.KafkaError`` when the broker does not answer (the caller makes a new probe).
+    """
+
+    def __init__(self, bootstrap: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self._consumer = probe_consumer(bootstrap)
+        self._known: dict[TopicPartition, tuple[int, int]] = {}  # partition -> (L, end) when its batch was read
+
+    def topic_ends(self, topics: Iterable[str]) -> dict[str, dict[int, int]]:
+        wanted = [TopicPartition(topic, partition) for topic in topics
+                  for partition in partitions_of(self._consumer, topic, self.timeout_s)]
+        if not wanted:
+            return {}
+        listed = self._consumer.end_offsets(wanted, timeout_ms=int(self.timeout_s * 1000))
+        ends: dict[TopicPartition, int] = {}
+        changed: dict[TopicPartition, int] = {}
+        for tp, offset in listed.items():
+            known = self._known.get(tp)
+            if known is not None and known[0] == offset:
+                ends[tp] = known[1]
+            else:
+                changed[tp] = int(offset)
+        answered: set[TopicPartition] = set()
+        for tp, end in _past_last_batch(self._consumer, changed, self.timeout_s, answered).items():
+            ends[tp] = end
+            if tp in answered:
+                self._known[tp] = (changed[tp], end)
+        result: dict[str, dict[int, int]] = {}
+        for tp, end in ends.items():
+            result.setdefault(tp.topic, {})[tp.partition] = end
+        return result
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 def lag(latest: Mapping[str, Mapping[int, int]], done: Mapping[str, Mapping[int, int]]) -> dict[str, dict[int, int]]:

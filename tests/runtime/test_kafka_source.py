@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from runtime.broker.offsets import probe_consumer, topic_end_offsets
+import random
+
+from runtime.broker.offsets import EndProbe, probe_consumer, topic_end_offsets
 from runtime.spark.session import spark_session
 from tests.fixtures.kafka_io import produce, read_all
 from tests.runtime.conftest import SPARK_MASTER
@@ -26,6 +28,28 @@ def test_end_offsets_survive_the_tansu_batch_bug(kafka_bootstrap, topic_factory)
     topic = topic_factory("ends", partitions=2)
     produce(kafka_bootstrap, topic, ({"i": i} for i in range(3000)), linger_ms=50)
     assert sum(_ends(kafka_bootstrap, topic).values()) == 3000
+
+
+def test_the_readers_probe_agrees_with_the_reference_as_topics_grow(kafka_bootstrap, topic_factory):
+    """EndProbe (librdkafka, a fetch only where L moved) gives the kafka-python probe's answer, round after round:
+    partitions growing by several batches, by one, or not at all (answered from what it saw), and empty ones."""
+    busy, quiet = topic_factory("busy", partitions=3), topic_factory("quiet", partitions=2)
+    chooser = random.Random(7)
+    probe = EndProbe(kafka_bootstrap)
+    reference = probe_consumer(kafka_bootstrap)
+    try:
+        assert probe.topic_ends([busy, quiet, "no-such-topic"]) == {busy: {0: 0, 1: 0, 2: 0}, quiet: {0: 0, 1: 0}}
+        for round_ in range(8):
+            produce(kafka_bootstrap, busy, ({"i": i} for i in range(chooser.randint(1, 2500))), linger_ms=30)
+            if round_ % 3 == 0:
+                produce(kafka_bootstrap, quiet, ({"i": i} for i in range(chooser.randint(1, 40))))
+            expected = topic_end_offsets(reference, [busy, quiet])
+            assert probe.topic_ends([busy, quiet]) == expected, f"round {round_}"
+            assert probe.topic_ends([busy, quiet]) == expected, f"round {round_}, asked again with nothing new"
+        assert sum(expected[busy].values()) > 2500 and all(expected[quiet].values())
+    finally:
+        probe.close()
+        reference.close()
 
 
 def _run_until_caught_up(spark, bootstrap, topic, start, checkpoint, seen):
