@@ -44,6 +44,7 @@ log = logging.getLogger("sana.up")
 BROKER_START_TIMEOUT_S = 30.0
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 DEMO_RATE = 20.0
+DEMO_DURABLE_LINGER_MS = 1000  # the demo's sources on the durable broker: a batch a second (see _demo)
 
 
 class LaunchError(SanaError):
@@ -251,12 +252,17 @@ class Launcher:
             topics = Topics(self.settings.effective_kafka_bootstrap)
             topics.ensure(sources)
             topics.close()
+            # On the durable broker every record batch is an object, and reads slow down and then stop answering
+            # once a partition holds a few thousand (docs/reliability.md, "Reads stall on a partition of many
+            # batches"): the demo's sources send one batch a second, not one a record.
+            linger_ms = DEMO_DURABLE_LINGER_MS if self.objects is not None else 20
             for seed, topic in enumerate(sources, start=1):
                 kind = kind_of(topic)
                 rate = DEMO_RATE if kind != "model" else 1.0
                 worker = threading.Thread(
                     target=produce, args=(self.settings.effective_kafka_bootstrap, topic, kind, rate, seed),
-                    kwargs={"stop": self.stopping.is_set}, name=f"sana-demo-{topic}", daemon=True)
+                    kwargs={"stop": self.stopping.is_set, "linger_ms": linger_ms}, name=f"sana-demo-{topic}",
+                    daemon=True)
                 worker.start()
                 self.threads.append(worker)
                 self.say(f"demo: generating {kind} records into topic {topic!r} at {rate:g}/s")

@@ -110,9 +110,12 @@ def stream(kind: str, rate: float, seed: int = 1, start: datetime | None = None,
 
 def produce(bootstrap: str, topic: str, kind: str, rate: float, seed: int = 1, *, count: int | None = None,
             duration_s: float | None = None, start: datetime | None = None, entities: int = 20,
-            stop: Callable[[], bool] = lambda: False) -> int:
-    """Produce a stream into ``topic`` at ``rate`` records/s until ``count``, ``duration_s`` or ``stop()``."""
-    producer = rdkafka.producer(bootstrap, delivery_timeout_ms=30_000, **{"linger.ms": 20})
+            stop: Callable[[], bool] = lambda: False, linger_ms: int = 20) -> int:
+    """Produce a stream into ``topic`` at ``rate`` records/s until ``count``, ``duration_s`` or ``stop()``.
+
+    ``linger_ms``: how long a record may wait for others to share its broker batch (at a low rate every record is
+    a batch of its own)."""
+    producer = rdkafka.producer(bootstrap, delivery_timeout_ms=30_000, **{"linger.ms": linger_ms})
     failures = rdkafka.Failures()
     sent = 0
     deadline = time.monotonic() + duration_s if duration_s else None
