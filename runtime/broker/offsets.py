@@ -109,6 +109,8 @@ class EndProbe:
     :func:`topic_end_offsets` without its expensive part where it can be skipped: ListOffsets is asked
     for every partition each time, the batch holding L-1 is read only where L changed since this probe
     last read it. Batches are never rewritten, so while L stays the last batch and the end stay too.
+    A probe lives as long as its reader (one run of a query), whose topics are not deleted under it; a topic
+    deleted and made again with the same L would be answered from memory.
     Raises ``kafka.errors.KafkaError`` when the broker does not answer (the caller makes a new probe).
     """
 
