@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from api.launcher import Launcher
+from benchmarks.measure import Progress
 from runtime.broker import rdkafka
 from runtime.broker.topics import Topics
 from sana.settings import Settings
@@ -35,8 +36,7 @@ from sana.settings import Settings
 RESULTS = Path(__file__).parent / "results" / "broker_batches.json"
 
 
-def say(line: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+PROGRESS = Progress(out=sys.stderr)  # stdout carries the table
 
 
 def read_at(bootstrap: str, topic: str, offset: int, timeout_s: float) -> float | None:
@@ -66,7 +66,9 @@ def measure(storage: str, levels: list[int], timeout_s: float, port: int) -> lis
     rows = []
     try:
         bootstrap = settings.effective_kafka_bootstrap
-        Topics(bootstrap).ensure(["t"])
+        topics = Topics(bootstrap)
+        topics.ensure(["t"])
+        topics.close()
         producer, failures = rdkafka.producer(bootstrap, **{"linger.ms": 0}), rdkafka.Failures()
         written, began = 0, time.monotonic()
         for level in levels:
@@ -81,8 +83,9 @@ def measure(storage: str, levels: list[int], timeout_s: float, port: int) -> lis
                 seconds = read_at(bootstrap, "t", offset, timeout_s)
                 row[f"read_{where}_s"] = None if seconds is None else round(seconds, 3)
             rows.append(row)
-            say(f"{storage}: {level} batches, read at first / middle / last: "
-                + " / ".join(_shown(row[f"read_{where}_s"], timeout_s) for where in ("first", "middle", "last")))
+            PROGRESS.say(f"{storage}: {level} batches, read at first / middle / last: "
+                         + " / ".join(_shown(row[f"read_{where}_s"], timeout_s) for where in ("first", "middle", "last")),
+                         force=True)
     finally:
         launcher.stop()
     return rows

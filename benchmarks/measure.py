@@ -157,8 +157,10 @@ class GcWatch:
 class Progress:
     """Prints a status line at most every ``every`` seconds (and always when forced)."""
 
-    def __init__(self, every: float = 5.0) -> None:
+    def __init__(self, every: float = 5.0, out=None) -> None:
+        """``out``: where lines go (default stdout; stderr where stdout carries a result)."""
         self.every = every
+        self.out = out
         self.started = time.monotonic()
         self._last = 0.0
 
@@ -166,7 +168,7 @@ class Progress:
         now = time.monotonic()
         if force or now - self._last >= self.every:
             self._last = now
-            print(f"[{now - self.started:7.1f}s] {message}", flush=True)
+            print(f"[{now - self.started:7.1f}s] {message}", file=self.out or sys.stdout, flush=True)
 
 
 def machine() -> dict[str, Any]:

@@ -42,6 +42,7 @@ from typing import Any
 import redis
 
 from api.launcher import Launcher
+from benchmarks.measure import Progress
 from manager.service import Manager
 from runtime.broker.topics import Topics
 from runtime.costs import process_tree_cpu_s
@@ -53,6 +54,7 @@ from runtime.spark.session import spark_session
 from sana.settings import Settings
 
 MASTER = os.environ.get("SANA_SPARK_MASTER", "local[2]")
+PROGRESS = Progress(out=sys.stderr)  # stdout carries the JSON result
 URBAN = {"sensor": "string", "temp": "double", "sent": "double", "ts": "timestamp"}
 
 
@@ -93,10 +95,6 @@ def _steady_state(query, rows: int, warmup_batches: int = 2, broker_cpu: Callabl
     if broker_cpu is not None:  # the broker is a child of this process: its CPU is part of the tree's
         result["broker_cpu_s_per_million_rows"] = round((broker_cpu() - start[4]) / measured * 1e6, 1)
     return result
-
-
-def status(line: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -278,15 +276,15 @@ class Bench:
         topic, sink = self.topic("tp-in"), self.topic("tp-out")
         backlog(self.bootstrap, topic, rows)
         if warmup:
-            status("throughput: warm-up, fragment then anchor, 20,000-row batches")
+            PROGRESS.say("throughput: warm-up, fragment then anchor, 20,000-row batches", force=True)
             self.kafka_fragment(self.bootstrap, topic, sink, rows, 20_000)
             self._rate_anchor(rows, sink, 20_000)
         results = {}
         for batch_rows in (20_000, 100_000):
-            status(f"throughput: fragment, {batch_rows:,}-row batches")
+            PROGRESS.say(f"throughput: fragment, {batch_rows:,}-row batches", force=True)
             results[f"kafka_fragment_max_{batch_rows}_per_batch"] = self.kafka_fragment(self.bootstrap, topic, sink, rows,
                                                                                       batch_rows)
-            status(f"throughput: rate anchor, {batch_rows:,}-row batches")
+            PROGRESS.say(f"throughput: rate anchor, {batch_rows:,}-row batches", force=True)
             results[f"spark_rate_source_{batch_rows}_per_batch"] = self._rate_anchor(rows, sink, batch_rows)
         results["warmed_up"] = warmup
         return results

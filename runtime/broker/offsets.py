@@ -95,8 +95,14 @@ def _past_last_batch(consumer: KafkaConsumer, listed: Mapping[TopicPartition, in
 
 def topic_end_offsets(consumer: KafkaConsumer, topics: Iterable[str]) -> dict[str, dict[int, int]]:
     """``{topic: {partition: end offset}}`` for whole topics (missing topics are left out)."""
-    wanted = [TopicPartition(topic, partition) for topic in topics for partition in partitions_of(consumer, topic)]
-    ends = end_offsets(consumer, wanted)
+    return _by_topic(end_offsets(consumer, _whole_topics(consumer, topics, PROBE_TIMEOUT_S)))
+
+
+def _whole_topics(consumer: KafkaConsumer, topics: Iterable[str], timeout_s: float) -> list[TopicPartition]:
+    return [TopicPartition(topic, partition) for topic in topics for partition in partitions_of(consumer, topic, timeout_s)]
+
+
+def _by_topic(ends: Mapping[TopicPartition, int]) -> dict[str, dict[int, int]]:
     result: dict[str, dict[int, int]] = {}
     for tp, offset in ends.items():
         result.setdefault(tp.topic, {})[tp.partition] = offset
@@ -120,8 +126,7 @@ class EndProbe:
         self._known: dict[TopicPartition, tuple[int, int]] = {}  # partition -> (L, end) when its batch was read
 
     def topic_ends(self, topics: Iterable[str]) -> dict[str, dict[int, int]]:
-        wanted = [TopicPartition(topic, partition) for topic in topics
-                  for partition in partitions_of(self._consumer, topic, self.timeout_s)]
+        wanted = _whole_topics(self._consumer, topics, self.timeout_s)
         if not wanted:
             return {}
         listed = self._consumer.end_offsets(wanted, timeout_ms=int(self.timeout_s * 1000))
@@ -138,10 +143,7 @@ class EndProbe:
             ends[tp] = end
             if tp in answered:
                 self._known[tp] = (changed[tp], end)
-        result: dict[str, dict[int, int]] = {}
-        for tp, end in ends.items():
-            result.setdefault(tp.topic, {})[tp.partition] = end
-        return result
+        return _by_topic(ends)
 
     def close(self) -> None:
         self._consumer.close()
