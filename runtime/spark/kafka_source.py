@@ -8,10 +8,9 @@ fragment parses each topic's JSON with its declared schema. Offsets are
 ``{topic: {partition: next offset}}``: Spark keeps them in the query's
 checkpoint (offset log), so a query restarted from its checkpoint resumes
 exactly where its last committed batch ended. End offsets use the Tansu
-workaround of :mod:`runtime.broker.offsets` (kafka-python, once per trigger;
-the last batch of a partition is read again only when it changed); records are
-read with librdkafka (:mod:`runtime.broker.rdkafka`) and become Arrow arrays in
-bulk.
+workaround of :mod:`runtime.broker.offsets` (kafka-python, once per trigger);
+records are read with librdkafka (:mod:`runtime.broker.rdkafka`) and become
+Arrow arrays in bulk.
 
 Options: ``bootstrap``; ``topics``, JSON ``{topic: {partition: start offset}}``
 (the offsets a fresh query starts from: the runtime fixes them when it
@@ -271,12 +270,12 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _ends(self) -> dict[str, dict[str, int]]:
         from kafka.errors import KafkaError
 
-        from runtime.broker.offsets import EndProbe
+        from runtime.broker.offsets import probe_consumer, topic_end_offsets
 
         try:
             if self._probe is None:
-                self._probe = EndProbe(self.bootstrap)
-            ends = self._probe.topic_ends(list(self.start_offsets))
+                self._probe = probe_consumer(self.bootstrap)
+            ends = topic_end_offsets(self._probe, list(self.start_offsets))
         except (KafkaError, OSError):
             if self._probe is not None:
                 self._probe.close()
