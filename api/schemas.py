@@ -33,8 +33,9 @@ class SubmitResponse(BaseModel):
     sites: dict[str, str | None] = Field({}, description="Submitted task id -> site of its running task.")
     not_shared: list[dict[str, Any]] = Field([], description="Equivalent tasks not shared for lack of bandwidth, with the link and the numbers.")
     placement: dict[str, dict[str, Any]] = Field({}, description="How each new task was placed (WAN configuration only).")
-    weighing: dict[str, Any] | None = Field(None, description="How Algorithm 1's plan and the plan taking every share stood "
-                                            "on the WAN, which was kept and the criterion that decided (WAN configuration only).")
+    weighing: dict[str, Any] | None = Field(None, description="How Algorithm 1's plan, the plan taking every share and the "
+                                            "private plan (sharing nothing running) stood on the WAN, which was kept and the "
+                                            "criterion that decided (WAN configuration only).")
     duplicate_of: str | None = Field(None, description="A dataflow of the same owner, running already, that this one is "
                                      "identical to (the same sinks writing the same topics; name and task ids do not "
                                      "count); null if none. With ?unique=true such a submit is refused instead (409 "

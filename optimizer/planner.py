@@ -24,8 +24,8 @@ from typing import Any
 
 from optimizer.admission import admit
 from optimizer.contention import Contention
-from planning.model import (SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningTask, RunningView,
-                            VertexAdmission, Weighing)
+from planning.model import (PRIVATE_GAIN, SANA, Admitted, PlanningOptions, QueryPlan, QueryTask, Refusal, RunningTask,
+                            RunningView, VertexAdmission, Weighing)
 from optimizer.opportunities import find_opportunities
 from optimizer.rates import with_rates
 from planning.context import PlanContext
@@ -132,6 +132,16 @@ def admit_shares(
     (``PlanningOptions.weigh_refusals``; docs/wan.md, "Why Sana lost to
     Max-Share").
 
+    Sharing can also lose as a whole: a running reader whose stream crosses
+    a slow link is held back by that link's backpressure, and so is every
+    query sharing it, wherever its own sinks are. So the query is placed a
+    third way, privately (its own source readers and tasks, sharing nothing
+    running: :meth:`PlanningOptions.private`, as NET plans it). That plan
+    runs again what already runs, so it is kept only when the running set
+    and the query would deliver at least :data:`planning.model.PRIVATE_GAIN`
+    times what the better sharing plan delivers today (docs/wan.md, "Not
+    sharing is weighed too").
+
     ``forced`` maps query tasks onto running tasks they must reuse whatever
     the bandwidth (the manager forces the ancestors of a sink that already
     runs: its output exists, and a second writer of its topic would
@@ -149,10 +159,25 @@ def admit_shares(
     index = running.flow_index() if options.router else None
     contention = Contention(() if index is not None else running.running_tasks(), wan, options.router, index)
     every_share, algorithm_1 = _standing(sharing, query, contention, wan), _standing(plan, query, contention, wan)
+    private_trial, private = _try(query, running, wan, options.private(), {}, forced)
+    alone = _standing(private, query, contention, wan)
+    if _private_pays(alone, min(algorithm_1, every_share)):
+        return private_trial.admissions(compared=trial.compared, skipped=trial.skipped,
+                                        weighing=Weighing("private", algorithm_1, every_share, alone))
     if every_share < algorithm_1:
         return sharing_trial.admissions(compared=trial.compared, skipped=trial.skipped, overruled=tuple(plan.refusals),
-                                        weighing=Weighing("every share", algorithm_1, every_share))
-    return trial.admissions(weighing=Weighing("algorithm 1", algorithm_1, every_share))
+                                        weighing=Weighing("every share", algorithm_1, every_share, alone))
+    return trial.admissions(weighing=Weighing("algorithm 1", algorithm_1, every_share, alone))
+
+
+def _private_pays(private: tuple[float, ...], shared: tuple[float, ...]) -> bool:
+    """Whether the private plan's standing beats the better sharing plan's by what running again costs: it
+    delivers at least :data:`~planning.model.PRIVATE_GAIN` times as much today (standings are negated).
+
+    >>> _private_pays((-25.0, -30.0, 20.0), (-10.0, -20.0, 0.0)), _private_pays((-10.4, -40.0, 0.0), (-10.0, -20.0, 0.0))
+    (True, False)
+    """
+    return -private[0] > PRIVATE_GAIN * -shared[0] + 1e-9
 
 
 def plan_query(

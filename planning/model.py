@@ -12,7 +12,7 @@ numbers. Between the two stages, Algorithm 1's answer for a vertex is a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from wan.flow_index import FlowIndex
@@ -93,6 +93,7 @@ class PlanningOptions:
     - ``weigh_refusals``: keep Algorithm 1's plan only when the flow model
       says taking every share would not deliver more
       (:func:`optimizer.planner.admit_shares`); off, Algorithm 1 as printed.
+      The private plan (:meth:`private`) is weighed too.
     """
 
     share_sources: bool = True
@@ -105,6 +106,16 @@ class PlanningOptions:
     @property
     def router(self) -> bool:
         return self.share_in
+
+    def private(self) -> PlanningOptions:
+        """The switches of a plan that shares nothing running: its own source readers, its own tasks, no
+        bandwidth checks (nothing to admit); routers and placement as before. NET is ``PlanningOptions(
+        share_in=False).private()`` (``wan_sim.policies``); the weighing plans a query this way too.
+
+        >>> SANA.private().share_sources, SANA.private().share_inop, SANA.private().router
+        (False, False, True)
+        """
+        return replace(self, share_sources=False, share_inop=False, bandwidth_checks=False)
 
 
 SANA = PlanningOptions()
@@ -213,31 +224,56 @@ WEIGHING_CRITERIA = ("delivered_mbps", "delivered_mbps_at_headroom", "added_mbps
                      "mbps_beyond_spare")
 
 
+PRIVATE_GAIN = 1.05
+"""The factor by which the private plan (:meth:`PlanningOptions.private`) must out-deliver the best sharing plan
+today to be kept. A private plan runs again what already runs (a source reader, a chain of tasks): that costs
+cores and WAN whatever it delivers, so it is worth it only for throughput the sinks would otherwise lose, and
+not for a rounding's worth of it, nor for latency or headroom alone."""
+
+
 @dataclass(frozen=True)
 class Weighing:
-    """How a query's two plans stood (:func:`optimizer.planner.standing`, lower is better): Algorithm 1's and
-    the one taking every share. ``kept`` names the plan placed; ``deciding`` the first criterion of
-    :data:`WEIGHING_CRITERIA` on which they differ (None: they tie, and Algorithm 1's is kept).
+    """How a query's plans stood (:func:`optimizer.planner.standing`, lower is better): Algorithm 1's, the one
+    taking every share and, when weighed, the private one (sharing nothing running). ``kept`` names the plan
+    placed; ``deciding`` the first criterion of :data:`WEIGHING_CRITERIA` on which the kept plan differs from
+    the best of the others (None: they tie, and Algorithm 1's is kept).
 
     >>> Weighing("every share", (-10.0, -12.0, 8.0, 1.0, 0.0), (-12.0, -12.0, 8.0, 1.0, 0.0)).to_dict()["deciding"]
     'delivered_mbps'
+    >>> Weighing("private", (-10.0, -12.0, 8.0, 1.0, 0.0), (-10.0, -12.0, 8.0, 1.0, 0.0),
+    ...          (-20.0, -20.0, 16.0, 1.0, 0.0)).to_dict()["private"]["delivered_mbps"]
+    20.0
     """
 
     kept: str
     algorithm_1: tuple[float, ...]
     every_share: tuple[float, ...]
+    private: tuple[float, ...] | None = None
+
+    @property
+    def standings(self) -> dict[str, tuple[float, ...]]:
+        result = {"algorithm 1": self.algorithm_1, "every share": self.every_share}
+        if self.private is not None:
+            result["private"] = self.private
+        return result
 
     @property
     def deciding(self) -> str | None:
-        return next((name for name, a, b in zip(WEIGHING_CRITERIA, self.algorithm_1, self.every_share) if a != b), None)
+        standings = self.standings
+        kept = standings[self.kept]
+        best_other = min(standing for name, standing in standings.items() if name != self.kept)
+        return next((name for name, a, b in zip(WEIGHING_CRITERIA, kept, best_other) if a != b), None)
 
     def to_dict(self) -> dict[str, Any]:
         def named(standing: tuple[float, ...]) -> dict[str, float]:
             return {name: (-value or 0.0) if name.startswith("delivered") else value
                     for name, value in zip(WEIGHING_CRITERIA, standing)}
 
-        return {"kept": self.kept, "deciding": self.deciding, "algorithm_1": named(self.algorithm_1),
-                "every_share": named(self.every_share)}
+        result = {"kept": self.kept, "deciding": self.deciding, "algorithm_1": named(self.algorithm_1),
+                  "every_share": named(self.every_share)}
+        if self.private is not None:
+            result["private"] = named(self.private)
+        return result
 
 
 @dataclass(frozen=True)

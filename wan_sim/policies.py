@@ -5,7 +5,7 @@
 | default | none (each query reads its sources itself) | - | WAN-unaware (first input's site) |
 | net | none | - | WAN-aware (Algorithm 2) |
 | mqo | IN-OP and IN, routers | no | WAN-unaware |
-| sana | IN-OP and IN, routers | Algorithm 1 | WAN-aware |
+| sana | IN-OP and IN, routers; a query planned privately when that delivers 1.05x more | Algorithm 1, weighed against taking every share | WAN-aware |
 | no-share | as net (the 7.2 baseline name) | - | WAN-aware |
 | strict-share | IN-OP only, no routers | Algorithm 1 | WAN-aware |
 | max-share | IN-OP and IN, routers | no | WAN-aware |

@@ -156,7 +156,10 @@ def _egress(links: list[dict[str, Any]], site: str) -> list[tuple[str, dict[str,
     return found
 
 
-def _query(name: str, category: str, home: str, variant: int, streams: list[str], at_s: float, window_s: int) -> dict[str, Any]:
+def tweet_query(name: str, category: str, home: str, variant: int, streams: list[str], at_s: float, window_s: int) -> dict[str, Any]:
+    """A query of Sana's Table 1 as a scenario query: ``category`` (a key of :data:`CATEGORIES`) over the tweet
+    streams of ``streams`` (origin sites), written at ``home``; queries of one category and ``variant`` project
+    the same columns. Its static table, for the categories that join one, is ``static-<home>``."""
     filter_name, selectivity, size, _ = CATEGORIES[category]
     tasks: list[dict[str, Any]] = []
     edges: list[list[str]] = []
@@ -211,7 +214,7 @@ def fourteen_site_scenario(queries: int = 12, rate_scale: float = 1.0, bandwidth
     for index, (name, category, home, variant) in enumerate(QUERIES[:queries]):
         low, high = CATEGORIES[category][3]
         streams = sorted(rng.sample(ORIGINS, rng.randint(low, high)), key=ORIGINS.index)
-        chosen.append(_query(name, category, home, variant, streams, 10.0 * index, window_s=10))
+        chosen.append(tweet_query(name, category, home, variant, streams, 10.0 * index, window_s=10))
     return {
         "name": f"fourteen-sites-{queries}q",
         "wan": fourteen_site_wan(seed, bandwidth_scale, thin_egress),

@@ -184,7 +184,10 @@ def test_measured_traffic_replaces_the_estimates_in_the_links_and_in_the_decisio
     assert second.placement["hot"]["rule"] == "IN-OP"
     runtime.written = {}
     third = made.submit(hot("c", "H2", "three"))  # nothing measured: the estimate stands, P -> H2 cannot take 8
-    assert third.reused == ["src", "hot"], "the running filter already reaches H2, so it is shared anyway"
+    # The running filter already reaches H2, so Algorithm 1 shares it anyway; but with the estimate P -> H2 is
+    # over capacity (8 on 5), and the private plan (its own reader of urban, its own filter at H2 over
+    # src -> H2) delivers more to the sinks in all, by more than running them again costs: it is kept.
+    assert third.reused == [] and third.sites["hot"] == "H2" and third.weighing["kept"] == "private"
     check_wan_state(made.state, {first.id: first_document, second.id: hot("b", "H2", "two"), third.id: hot("c", "H2", "three")})
 
 
@@ -300,8 +303,7 @@ def failing_for(dataflow_id: str, task_name: str):
 
 def test_a_dataflow_that_cannot_be_planned_again_stays_as_it_is(redis_client, state_prefix, monkeypatch):
     """Planning the third dataflow again fails (no site could take a task): it is reported with its error and
-    left as it is, and the second is planned again without it. Beside the third's stream over P -> H2 the
-    second shares the filter at P again (its stream reaches H2 for the third anyway), so nothing changes."""
+    left as it is, and the second is planned again without it."""
     made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
     monkeypatch.setattr(replacement, "plan_merge", failing_for(third.id, "hot"))
     before = dict(made.state.tasks)
@@ -309,15 +311,17 @@ def test_a_dataflow_that_cannot_be_planned_again_stays_as_it_is(redis_client, st
     rows = {row["dataflow"]: row for row in plan["dataflows"]}
     assert set(rows) == {second.id, third.id} and plan["planned"] == "together" and plan["left_out"] == [third.id]
     assert rows[third.id]["moves"] == [] and rows[third.id]["error"]["culprit"] == {"task": "hot"}
-    assert rows[second.id]["moves"] == [] and "error" not in rows[second.id]
-    assert (plan["start"], plan["stop"]) == ([], [])
-    assert made.state.tasks == before
+    # The second gets its private plan: its own reader of urban and its own filter at H2, away from the
+    # saturated P -> H2, whose backpressure holds back the shared reader (and every query reading it).
+    moves = {move["task"]: move for move in rows[second.id]["moves"]}
+    assert "error" not in rows[second.id] and moves["hot"]["to"]["site"] == "H2" and moves["hot"]["to"]["new"] is True
+    assert first.tasks["hot"] not in plan["stop"] and third.tasks["hot"] not in plan["stop"]
+    assert made.state.tasks == before  # a plan only
 
 
 def test_the_others_are_still_planned_together_when_one_cannot_be(redis_client, state_prefix, monkeypatch):
     """A fourth dataflow over P -> H2 (its own filter pinned at P) cannot be planned again: it stays as it is,
-    and the second and third still come off together and move to one filter at H2. Planned one at a time
-    instead, each would see the other's old load on P -> H2 and stay."""
+    and the second and third still come off P -> H2 together."""
     made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
     sink, cold = task("out", "sink", topic="d"), task("cold", "filter", expr="temp < -30")
     sink["site"], cold["site"] = "H2", "P"
@@ -328,9 +332,13 @@ def test_the_others_are_still_planned_together_when_one_cannot_be(redis_client, 
     assert plan["planned"] == "together" and plan["left_out"] == [fourth.id]
     rows = {row["dataflow"]: row for row in plan["dataflows"]}
     assert rows[fourth.id]["moves"] == [] and rows[fourth.id]["error"]["culprit"] == {"task": "cold"}
-    (moved_second,), (moved_third,) = rows[second.id]["moves"], rows[third.id]["moves"]
-    assert moved_second["to"]["site"] == moved_third["to"]["site"] == "H2"
-    assert moved_second["to"]["running_task"] == moved_third["to"]["running_task"], "one filter at H2 for both"
+    # Each is planned privately (its own reader of urban and its own filter): the fourth's stream keeps
+    # P -> H2 saturated and its backpressure holds back the shared reader, so a reader of their own delivers
+    # more. Before the private plan was weighed, both moved to one new filter at H2 reading the shared reader.
+    moved_second = {move["task"]: move for move in rows[second.id]["moves"]}
+    moved_third = {move["task"]: move for move in rows[third.id]["moves"]}
+    assert moved_second["hot"]["to"]["site"] == "H2" and moved_third["hot"]["to"]["site"] != "P"
+    assert moved_second["src"]["to"]["new"] is True and moved_third["src"]["to"]["new"] is True
     assert fourth.tasks["cold"] not in plan["stop"] and first.tasks["hot"] not in plan["stop"]
 
 

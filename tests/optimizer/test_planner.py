@@ -94,11 +94,14 @@ def test_two_admitted_shares_cannot_both_count_on_the_same_spare_bandwidth():
         RunningTask("h", "H", "filter", "a", (("in", "s"),), 3.0),
     ])
     monitor = wan(MESH, loads={("a", "c"): 95.0})  # 5 Mbps spare: room for one 3 Mbps share, not two
+    # Algorithm 1 as printed. The weighing keeps the private plan here: its own reader of s at x and filters at
+    # c (x -> c is idle) deliver 60 Mbps of source data in all, where Algorithm 1's plan, whose streams over the
+    # nearly full a -> c hold back the shared reader of s and the running filters with it, delivers 40.
     plan = plan_query(query(("s", "S", "source", (), 20.0, "x"),
                             ("f", "F", "filter", (("in", "s"),), 3.0),
                             ("h", "H", "filter", (("in", "s"),), 3.0),
                             ("u", "U", "union", (("in", "f"), ("in", "h")), 6.0, "c")),
-                      running, monitor)
+                      running, monitor, PlanningOptions(weigh_refusals=False))
     assert plan.decisions["f"].action == "reuse"
     assert plan.decisions["h"].action == "create"
     assert plan.decisions["h"].refused[0].available_mbps == pytest.approx(2.0)
@@ -151,8 +154,12 @@ def test_a_refused_candidate_at_the_chosen_site_is_shared_after_all():
     config = parse_wan_config({"sites": [{"name": "x", "compute": False}, "a", {"name": "b", "compute": False}],
                                "links": [{"from": "x", "to": "a", "bandwidth_mbps": 100, "latency_ms": 1},
                                          {"from": "a", "to": "b", "bandwidth_mbps": 5, "latency_ms": 1}]})
+    # Algorithm 1 as printed. The weighing keeps the private plan here: its own reader and filter leave the
+    # running f all of s (30 Mbps of source data delivered in all), where sharing f would hold s, and f with
+    # it, to a -> b's 5 Mbps (10 in all).
     plan = plan_query(query(("s", "S", "source", (), 20.0, "x"), ("f", "F", "filter", (("in", "s"),), 10.0),
-                            ("k", "K", "sink", (("in", "f"),), 10.0, "b")), running, WanMonitor(config))
+                            ("k", "K", "sink", (("in", "f"),), 10.0, "b")), running, WanMonitor(config),
+                      PlanningOptions(weigh_refusals=False))
     decision = plan.decisions["f"]
     assert (decision.action, decision.running, decision.rule) == ("reuse", "f", "IN-OP")
     assert decision.refused and decision.refused[0].needed_mbps == 10.0

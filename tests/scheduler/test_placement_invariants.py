@@ -12,6 +12,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planning.model import PRIVATE_GAIN
 from optimizer.planner import admit_shares, plan_query, standing
 from scheduler.placement import place
 from wan.monitor import crossings, link_loads
@@ -89,7 +90,8 @@ def test_every_task_has_a_valid_site(document, policy):
 def test_in_op_shares_never_exceed_a_links_spare_egress_unless_taking_every_share_stands_better(document):
     """Algorithm 1's promise holds for every plan it made; where the planner took every share instead, that
     plan stands strictly better by the flow model than Algorithm 1's as printed, and overrules exactly its
-    refusals."""
+    refusals; where it planned the query privately, that plan creates every task and delivers PRIVATE_GAIN
+    times what the better sharing plan would."""
     scenario = parse_scenario(document)
     options = policy_options("sana")
     deployment = Deployment(router=True)
@@ -102,9 +104,14 @@ def test_in_op_shares_never_exceed_a_links_spare_egress_unless_taking_every_shar
         plan = plan_query(tasks, deployment, monitor, options)
         printed = plan_query(tasks, deployment, monitor, policy_options("sana-printed"))
         if plan.decisions != printed.decisions:
-            assert printed.refusals == list(plan.overruled)
             running = tuple(deployment.running_tasks())
-            assert standing(plan, tasks, running, monitor, True) < standing(printed, tasks, running, monitor, True)
+            kept, algorithm_1 = standing(plan, tasks, running, monitor, True), standing(printed, tasks, running, monitor, True)
+            if plan.weighing.kept == "private":  # shares nothing, overrules nothing, and pays for running again
+                assert not plan.overruled and -kept[0] > PRIVATE_GAIN * -min(algorithm_1, plan.weighing.every_share)[0]
+                assert all(decision.action == "create" for decision in plan.decisions.values())
+            else:
+                assert printed.refusals == list(plan.overruled)
+                assert kept < algorithm_1
             deployment.apply(query, plan.decisions)
             continue
         assert not plan.overruled

@@ -182,10 +182,14 @@ def test_sana_reports_the_refusals_it_overruled_and_keeps_those_that_relieve_the
 #   (At twice the rates, the headroom check: refusing, 80 on 32, all at 0.4: 3 x 40 x 0.4 = 48; sharing,
 #   A at 7.5/20 = 0.375, B at 32/40 = 0.8: 2 x 15 + 32 = 62.)
 #   Achieved loads: S -> P 15, P -> H2 7.5, S -> H2 20.
+# sana now weighs a third plan, q2's private one (issue 33): its own reader of A at S and its own filter at P.
+#   q1's A no longer waits for P -> H2: q1 at 1000, q2 at 7.5/10 = 750, q0 at 1000: 2750, above Max-Share's
+#   2500 (delivered: 20 + 20 + 15 = 55 Mbps of source data against sharing's 50). Nothing is overruled.
+#   Achieved loads: S -> P 20 + 15 = 35, P -> H2 7.5, S -> H2 20.
 RUNNING = {
     "max-share": ({("P", "H2"): 7.5, ("S", "H2"): 20.0, ("S", "P"): 15.0}, {"q0": 1000.0, "q1": 750.0, "q2": 750.0}),
     "sana-printed": ({("S", "H2"): 32.0, ("S", "P"): 16.0}, {"q0": 800.0, "q1": 800.0, "q2": 800.0}),
-    "sana": ({("P", "H2"): 7.5, ("S", "H2"): 20.0, ("S", "P"): 15.0}, {"q0": 1000.0, "q1": 750.0, "q2": 750.0}),
+    "sana": ({("P", "H2"): 7.5, ("S", "H2"): 20.0, ("S", "P"): 35.0}, {"q0": 1000.0, "q1": 1000.0, "q2": 750.0}),
 }
 
 
@@ -197,7 +201,8 @@ def test_a_refusal_that_slows_running_queries_is_overruled(policy):
     assert {name: value[0] for name, value in per_query.items()} == throughput
     if policy == "sana":
         overruled = [(item["query"], item["kind"]) for item in result.deployment.overruled]
-        assert overruled == [("q2", "IN-OP"), ("q2", "IN")]
+        assert overruled == []  # the private plan, not Max-Share's, was kept
+        assert result.deployment.placement["q2"]["a"]["action"] == "create"
 
 
 def test_the_refusal_above_presses_the_wan_less_yet_delivers_less():
@@ -214,6 +219,8 @@ def test_the_refusal_above_presses_the_wan_less_yet_delivers_less():
     running = tuple(deployment.running_tasks())
     assert standing(refusing, tasks, running, monitor, True)[:3] == (-48.0, -48.0, 20.0)
     assert standing(sharing, tasks, running, monitor, True)[:3] == (-50.0, -62.0, 10.0)
+    private = plan_query(tasks, deployment, monitor, policy_options("sana").private())
+    assert standing(private, tasks, running, monitor, True)[:2] == (-55.0, -87.0)  # q1's A no longer waits for P -> H2
 
 
 # Re-placement when a link degrades mid-run (paper section 6: the monitor triggers it).

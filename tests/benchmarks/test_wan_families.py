@@ -1,0 +1,57 @@
+"""The sweep of issue 33 (benchmarks.wan_families): every family builds valid scenarios of the shape it names."""
+
+from __future__ import annotations
+
+import doctest
+from collections import Counter
+
+import pytest
+
+from benchmarks import wan_families
+from wan_sim.scenario import parse_scenario
+
+
+def test_docstring_examples():
+    result = doctest.testmod(wan_families)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_there_are_at_least_400_cases_besides_the_held_out_family():
+    families = Counter(case["family"] for case in wan_families.cases())
+    assert sum(count for family, count in families.items() if family not in wan_families.HELD_OUT) >= 400
+    assert set(wan_families.HELD_OUT) <= set(families) and len(families) == 10
+
+
+@pytest.mark.parametrize("family", ["heterogeneous", "bursty", "sites", "hub", "edge", "order", "records", "chains",
+                                    "small", "ring"])
+def test_each_family_builds_scenarios_the_simulator_accepts(family):
+    case = next(case for case in wan_families.cases(quick=True) if case["family"] == family)
+    document = wan_families.scenario(case)
+    scenario = parse_scenario(document)
+    assert scenario.queries and scenario.wan.sites
+
+
+def test_the_families_vary_what_they_name():
+    def first(family, **match):
+        return wan_families.scenario(next(case for case in wan_families.cases() if case["family"] == family
+                                          and all(case[key] == value for key, value in match.items())))
+
+    edge = first("edge")
+    assert len({source["site"] for name, source in edge["sources"].items() if name.startswith("tweets-")}) == 1
+    hub = first("hub", sites=10, scale=1.0)
+    spokes = [link["bandwidth_mbps"] for link in hub["wan"]["links"] if "c0" not in (link["from"], link["to"])]
+    to_hub = [link["bandwidth_mbps"] for link in hub["wan"]["links"] if "c0" in (link["from"], link["to"])]
+    assert max(spokes) < min(to_hub)
+    reversed_order = first("order", order="reversed")
+    assert [query["name"] for query in reversed_order["queries"]][0] == "requests-per-region"
+    sizes = {source["record_bytes"] for name, source in first("records")["sources"].items() if name.startswith("tweets-")}
+    assert len(sizes) > 1 and all(300 <= size <= 5000 for size in sizes)
+    assert len(first("small", queries=100)["queries"]) == 100
+    assert len(first("sites", sites=30)["wan"]["sites"]) == 30
+    short = first("chains", chains="short")
+    filters = {json_key(task) for query in short["queries"] for task in query["tasks"] if task["type"] == "filter"}
+    assert len(filters) == len(short["queries"])  # every query filters its own way
+
+
+def json_key(task):
+    return task["config"]["keep"], task["config"]["own"]
