@@ -19,6 +19,9 @@ class ContainedOut(BaseModel):
                        "window it rolls up).")
     residual: dict[str, Any] | None = Field(description="The config the task runs over that output; null when it is "
                                             "the running task itself (an equivalent predicate).")
+    finish: dict[str, Any] | None = Field(None, description="For a roll-up with an avg: the config of the select that "
+                                          "divides the rolled-up sum by the count (the task runs as that select); "
+                                          "null otherwise.")
 
 
 class SubmitResponse(BaseModel):

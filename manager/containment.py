@@ -13,7 +13,9 @@ reading the same stream *contains* a new one:
 - a tumbling ``window_aggregate`` whose window is a multiple of a running
   one's (same keys, time column and watermark, aggregates derivable from its
   output) rolls it up (:func:`rolled_up`; docs/containment.md says when the
-  results are the same).
+  results are the same). An ``avg`` is rolled up as a sum and a count, and a
+  ``select`` after the roll-up window (``<task>~rollup``) divides them: the
+  submitted task then runs as that select.
 
 The rewritten dataflow holds the running task as a task of its own (id
 ``<task>~wider``), so the ordinary reuse lookup finds it by signature and the
@@ -45,15 +47,16 @@ from typing import Any
 from manager.model import Dataflow, Stream, Task
 from manager.reuse import find_instance
 from manager.signature import task_signature
-from manager.state import WIDER, State
+from manager.state import ROLLUP, WIDER, State
 from runtime.exceptions import OperatorConfigInvalid
 from runtime.operators.fields import duration_ms
 from runtime.operators.implication import implies, residual
 from runtime.operators.keyed_options import RUNTIME_KEYS, without_runtime_keys
 from runtime.operators.projection import rebase
+from runtime.operators.relational import SELECT
 from runtime.operators.sql import SqlProblem, parse_expression, referenced_columns
 from runtime.operators.types import Schema
-from runtime.operators.window import WINDOW_AGGREGATE, aggregate_call
+from runtime.operators.window import WINDOW_AGGREGATE, WINDOW_COLUMNS, aggregate_call
 from runtime.plan import TaskSpec
 
 #: Solver questions one new filter may ask (candidates past it are not looked at).
@@ -62,15 +65,21 @@ MAX_CHECKS = 8
 
 @dataclass(frozen=True)
 class Contained:
-    """One containment share: submitted ``task`` reads running ``reads`` and runs ``residual`` (None: nothing)."""
+    """One containment share: submitted ``task`` reads running ``reads`` and runs ``residual`` (None: nothing);
+    ``finish``, a select's config, when the residual is a roll-up window that a select completes (the task then
+    runs as that select, after the window ``<task>~rollup``)."""
 
     task: str
     kind: str
     reads: str
     residual: dict[str, Any] | None
+    finish: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"task": self.task, "kind": self.kind, "reads": self.reads, "residual": self.residual}
+        result = {"task": self.task, "kind": self.kind, "reads": self.reads, "residual": self.residual}
+        if self.finish is not None:
+            result["finish"] = self.finish
+        return result
 
 
 def contain(state: State, flow: Dataflow) -> tuple[Dataflow, tuple[Contained, ...]]:
@@ -100,11 +109,13 @@ def contain(state: State, flow: Dataflow) -> tuple[Dataflow, tuple[Contained, ..
         if found is None and task.type in _CONTAINERS and len(inputs) == 1 and inputs[0][1] in running:
             match = _CONTAINERS[task.type](state, task, running[inputs[0][1]], flow.schemas[task_id])
             if match is not None and work.fits(task_id, match[0]):
-                share = Contained(task_id, task.type, match[0].id, match[1])
+                share = Contained(task_id, task.type, match[0].id, *match[1:])
                 shares.append(share)
                 work.apply(share, match[0])
                 if share.residual is not None:
                     running[task_id + WIDER] = share.reads
+                if share.finish is not None and (rollup := _exact(state, work, task_id + ROLLUP, running)) is not None:
+                    running[task_id + ROLLUP] = rollup
                 found = _exact(state, work, task_id, running)
         work.finish(task_id)
         if found is not None:
@@ -121,7 +132,8 @@ def rewrite(flow: Dataflow, contained: Mapping[str, Mapping[str, Any]], tasks: M
     for task_id in flow.order:
         share = contained.get(task_id)
         if share is not None:
-            work.apply(Contained(task_id, share["kind"], share["reads"], share["residual"]), tasks[share["reads"]])
+            work.apply(Contained(task_id, share["kind"], share["reads"], share["residual"], share.get("finish")),
+                       tasks[share["reads"]])
         work.finish(task_id)
     return work.result()
 
@@ -159,7 +171,8 @@ class _Rewriting:
 
     def apply(self, share: Contained, wider: TaskSpec) -> None:
         """Make ``share.task`` read ``wider`` (through a task of its own, ``<task>~wider``) and run its residual,
-        or, when equivalent, be ``wider``."""
+        or, when equivalent, be ``wider``. With ``share.finish`` the residual runs as ``<task>~rollup`` and the
+        task becomes the select that finishes it."""
         task = self.tasks[share.task]
         if share.residual is None:
             self.tasks[share.task] = dataclasses.replace(task, config=wider.config)
@@ -168,9 +181,20 @@ class _Rewriting:
         self.tasks[wider_id] = Task(wider_id, wider.type, wider.config)
         self.schemas[wider_id] = dict(wider.schema)
         self.parents[wider_id] = self.parents[share.task]
-        self.parents[share.task] = [(self.parents[wider_id][0][0], wider_id)]
+        port = self.parents[wider_id][0][0]
+        self.parents[share.task] = [(port, wider_id)]
         self.tasks[share.task] = dataclasses.replace(task, config=share.residual)
         self.finish(wider_id)
+        if share.finish is None:
+            return
+        rollup_id = share.task + ROLLUP
+        self.tasks[rollup_id] = Task(rollup_id, task.type, share.residual)
+        self.schemas[rollup_id] = WINDOW_AGGREGATE.output_schema(
+            WINDOW_AGGREGATE.config_model.model_validate(share.residual), {"in": [dict(wider.schema)]})
+        self.parents[rollup_id] = [(port, wider_id)]
+        self.parents[share.task] = [("in", rollup_id)]
+        self.tasks[share.task] = dataclasses.replace(task, type="select", config=share.finish)
+        self.finish(rollup_id)
 
     def finish(self, task_id: str) -> None:
         self.signatures[task_id] = self.signature(task_id)
@@ -189,7 +213,7 @@ def _readers(state: State, parent: str, task_type: str) -> list[TaskSpec]:
     return sorted((spec for spec in found if len(spec.inputs) == 1), key=lambda spec: spec.id)
 
 
-def _filter_container(state: State, task: Task, parent: str, _: Schema) -> tuple[TaskSpec, dict[str, Any] | None] | None:
+def _filter_container(state: State, task: Task, parent: str, _: Schema) -> tuple[TaskSpec, dict[str, Any] | None, None] | None:
     """The narrowest running filter over ``parent`` that ``task``'s predicate implies, with the residual config."""
     schema = state.tasks[parent].schema
     expr = task.config["expr"]
@@ -208,8 +232,8 @@ def _filter_container(state: State, task: Task, parent: str, _: Schema) -> tuple
             narrowest = spec
     rest = residual(expr, narrowest.config["expr"], schema)
     if rest is None:
-        return narrowest, None
-    return narrowest, {**task.config, "expr": _running_equivalent(state, narrowest.id, rest, schema)}
+        return narrowest, None, None
+    return narrowest, {**task.config, "expr": _running_equivalent(state, narrowest.id, rest, schema)}, None
 
 
 def _running_equivalent(state: State, wider: str, rest: str, schema: dict[str, str]) -> str:
@@ -224,23 +248,24 @@ def _running_equivalent(state: State, wider: str, rest: str, schema: dict[str, s
     return rest
 
 
-def _select_container(state: State, task: Task, parent: str, _: Schema) -> tuple[TaskSpec, dict[str, Any]] | None:
+def _select_container(state: State, task: Task, parent: str, _: Schema) -> tuple[TaskSpec, dict[str, Any], None] | None:
     """The first running select over ``parent`` whose output ``task``'s columns can be computed from."""
     schema = state.tasks[parent].schema
     for spec in _readers(state, parent, "select"):
         columns = rebase(task.config["columns"], spec.config["columns"], schema, spec.schema)
         if columns is not None:
-            return spec, {**task.config, "columns": columns}
+            return spec, {**task.config, "columns": columns}, None
     return None
 
 
-def _window_container(state: State, task: Task, parent: str, output: Schema) -> tuple[TaskSpec, dict[str, Any]] | None:
+def _window_container(state: State, task: Task, parent: str,
+                      output: Schema) -> tuple[TaskSpec, dict[str, Any], dict[str, Any] | None] | None:
     """The first running tumbling ``window_aggregate`` over ``parent`` that ``task`` (tumbling too) rolls up: the same
     keys, time column and watermark, a window that divides ``task``'s, and every aggregate derivable from the running
-    one's output (``count`` and ``sum`` as sums of the running counts and sums, ``min`` and ``max`` as themselves;
-    ``avg`` is not, it would need a select after). The residual is a window aggregate over the running one's output
-    with the new window, on ``window_start``, with a watermark delay of 1 ms (docs/containment.md says why that loses
-    nothing and when the results equal the task's own)."""
+    one's output (:func:`rolled_up`). The residual is a window aggregate over the running one's output with the new
+    window, on ``window_start``, with a watermark delay of 1 ms (docs/containment.md says why that loses nothing and
+    when the results equal the task's own); where an ``avg`` is wanted, a select after it divides its sum by its
+    count (the third value, its config; else None)."""
     config = task.config
     if config.get("slide") not in (None, config["window"]):
         return None
@@ -250,34 +275,79 @@ def _window_container(state: State, task: Task, parent: str, output: Schema) -> 
                 or theirs["time_column"] != config["time_column"] or theirs["watermark"] != config["watermark"]
                 or duration_ms(config["window"]) % duration_ms(theirs["window"])):
             continue
-        aggregates = rolled_up(config["aggregates"], theirs["aggregates"])
-        if aggregates is None:
+        derived = rolled_up(config["aggregates"], theirs["aggregates"], [*config["keys"], *WINDOW_COLUMNS])
+        if derived is None:
             continue
+        aggregates, finish = derived
         rollup = {**without_runtime_keys(config), "time_column": "window_start", "watermark": "1 milliseconds",
                   "aggregates": aggregates}
         rollup.pop("slide", None)
         try:
             model = WINDOW_AGGREGATE.config_model.model_validate(rollup)
-            if WINDOW_AGGREGATE.output_schema(model, {"in": [spec.schema]}) != output:
+            rolled = WINDOW_AGGREGATE.output_schema(model, {"in": [spec.schema]})
+            finishing = None if finish is None else SELECT.config_model.model_validate({"columns": finish})
+            if (rolled if finishing is None else SELECT.output_schema(finishing, {"in": [rolled]})) != output:
                 continue
         except (ValueError, OperatorConfigInvalid):
             continue
         tuning = {key: config[key] for key in RUNTIME_KEYS if key in config}  # the task's own workers, reshape
-        return spec, {**without_runtime_keys(model.model_dump(mode="json", by_alias=True)), **tuning}
+        residual = {**without_runtime_keys(model.model_dump(mode="json", by_alias=True)), **tuning}
+        return spec, residual, None if finishing is None else finishing.model_dump(mode="json", by_alias=True)
     return None
 
 
-def rolled_up(wanted: Mapping[str, str], running: Mapping[str, str]) -> dict[str, str] | None:
-    """Each wanted aggregate as one over the running aggregate's output columns, or None if one is not derivable."""
+def rolled_up(wanted: Mapping[str, str], running: Mapping[str, str],
+              passed: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, str] | None] | None:
+    """Each wanted aggregate as one over the running aggregates' output columns, or None if one is not derivable:
+    ``count`` and ``sum`` as sums of the running counts and sums, ``min`` and ``max`` as themselves, ``avg(x)`` as
+    a sum of the running ``sum(x)`` and one of the running ``count(x)`` (``count(*)`` would count the nulls ``avg``
+    skips). Second, when an ``avg`` is wanted, the select that finishes the roll-up: ``passed`` (the keys and window
+    columns) as they are, each aggregate in order, an ``avg`` as its sum over its count (null for no value, as
+    ``avg``); else None.
+
+    >>> rolled_up({"n": "count(*)", "top": "max(t)"}, {"c": "count(*)", "hi": "max(t)"})
+    ({'n': 'sum(c)', 'top': 'max(hi)'}, None)
+    >>> rolled_up({"mean": "avg(t)"}, {"s": "sum(t)", "c": "count(t)"}, ["k"])
+    ({'mean__sum': 'sum(s)', 'mean__count': 'sum(c)'}, {'k': 'k', 'mean': 'CASE WHEN mean__count > 0 THEN CAST(mean__sum AS DOUBLE) / mean__count END'})
+    >>> rolled_up({"mean": "avg(t)"}, {"s": "sum(t)", "c": "count(*)"}) is None
+    True
+    """
     by_call = {aggregate_call(text): name for name, text in running.items()}
     derived: dict[str, str] = {}
+    averages: dict[str, tuple[str, str]] = {}
+    taken = {*wanted, *passed}
     for name, text in wanted.items():
         function, column = aggregate_call(text)
+        if function == "avg":
+            total, count = by_call.get(("sum", column)), by_call.get(("count", column))
+            if total is None or count is None:
+                return None
+            hidden = (_unused(f"{name}__sum", taken), _unused(f"{name}__count", taken))
+            derived.update({hidden[0]: f"sum({total})", hidden[1]: f"sum({count})"})
+            averages[name] = hidden
+            continue
         source = by_call.get((function, column))
-        if function == "avg" or source is None:
+        if source is None:
             return None
         derived[name] = f"{'sum' if function == 'count' else function}({source})"
-    return derived
+    if not averages:
+        return derived, None
+    finish = {column: column for column in passed}
+    for name in wanted:
+        if name in averages:
+            total, count = averages[name]
+            finish[name] = f"CASE WHEN {count} > 0 THEN CAST({total} AS DOUBLE) / {count} END"
+        else:
+            finish[name] = name
+    return derived, finish
+
+
+def _unused(name: str, taken: set[str]) -> str:
+    """``name``, or it with underscores added until it is not in ``taken``; then taken."""
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
 
 
 _CONTAINERS = {"filter": _filter_container, "select": _select_container, "window_aggregate": _window_container}

@@ -29,7 +29,7 @@ from manager.containment import Contained, contain
 from manager.exceptions import SinkTopicTaken
 from manager.model import Dataflow
 from manager.reuse import plan_reuse
-from manager.state import WIDER, RunningSet, State, SubmittedDataflow
+from manager.state import WIDER, RunningSet, State, SubmittedDataflow, is_added
 from manager.traffic import link_loads_in_use, rates_in_use
 from planning.model import SANA, QueryPlan
 from optimizer.planner import admit_shares
@@ -182,7 +182,7 @@ def _plan(state: State, flow: Dataflow, submitted_at: float, sharing: bool, meas
         new_tasks.append(spec)
     new_tasks = tuple(new_tasks)
     placement, not_shared, notes = _wan_report(assignment.plan, assignment.running) if assignment.plan else ({}, [], {})
-    submitted = [task_id for task_id in flow.order if not task_id.endswith(WIDER)]
+    submitted = [task_id for task_id in flow.order if not is_added(task_id)]
     reused = tuple(task_id for task_id in submitted if task_map[task_id] in state.tasks)
     created = tuple(task_id for task_id in submitted if task_map[task_id] not in state.tasks)
     boundary = tuple(

@@ -22,6 +22,14 @@ from wan.topology import WanConfig
 #: Suffix of the task a dataflow holds for the running task a containment share reads (manager/containment.py);
 #: not a valid submitted task id, so it never meets one.
 WIDER = "~wider"
+#: Suffix of the roll-up window a dataflow runs between the running window it reads and its own task when that
+#: task is a select finishing the roll-up (an ``avg`` as sum over count); not a valid submitted task id either.
+ROLLUP = "~rollup"
+
+
+def is_added(task_id: str) -> bool:
+    """Whether ``task_id`` is a task a containment share added to a dataflow, not one of its document."""
+    return task_id.endswith((WIDER, ROLLUP))
 
 #: Link loads closer to zero than this are zero (float residue of adding and removing rates).
 LOAD_EPSILON = 1e-9
@@ -45,14 +53,15 @@ class SubmittedDataflow:
 
     def wider_tasks(self) -> int:
         """How many of :attr:`tasks` are not in the document: the running tasks containment shares read
-        (:mod:`manager.containment`; an equivalent one is the submitted task's own)."""
-        return sum(1 for share in self.contained.values() if share["residual"] is not None)
+        (:mod:`manager.containment`; an equivalent one is the submitted task's own), and the roll-up windows of
+        shares that finish with a select."""
+        return sum((share["residual"] is not None) + bool(share.get("finish")) for share in self.contained.values())
 
     def document_tasks(self) -> dict[str, str]:
         """:attr:`tasks` of the document's tasks only (what the API answers as ``tasks``)."""
         if not self.contained:
             return self.tasks
-        return {task: running for task, running in self.tasks.items() if not task.endswith(WIDER)}
+        return {task: running for task, running in self.tasks.items() if not is_added(task)}
 
     def shares(self) -> list[dict[str, Any]]:
         """The containment shares, as the API answers them (``contained``)."""

@@ -176,3 +176,28 @@ def test_a_containment_share_on_another_owners_filter_is_not_named(service):
               for flow in service.get("/dataflows", headers=_as("bob")).json()["dataflows"]}
     hot = alice["tasks"]["hot"]
     assert listed == {bob.json()["id"]: [hot], hidden.json()["id"]: [hot], same["id"]: [], told["id"]: [hot]}
+
+
+def test_an_average_roll_up_shows_the_select_that_finishes_it(service):
+    """Over HTTP the share of a rolled-up avg carries ``finish`` (the select dividing the rolled-up sum by the count);
+    shares without one do not."""
+    def windowed(name: str, window: str, aggregates: dict[str, str]) -> dict:
+        return {"name": name, "tasks": [
+            {"id": "src", "type": "source", "config": {"topic": "alice.readings", "schema": {"sensor": "string", "temp": "double",
+                                                                                      "ts": "timestamp"}}},
+            {"id": "win", "type": "window_aggregate", "config": {"keys": ["sensor"], "time_column": "ts", "window": window,
+                                                                 "watermark": "5 seconds", "aggregates": aggregates}},
+            {"id": "out", "type": "sink", "config": {"topic": f"alice.{name}"}}],
+            "streams": [{"from": "src", "to": "win"}, {"from": "win", "to": "out"}]}
+
+    short = service.post("/dataflows", json=windowed("short", "10 seconds", {"s": "sum(temp)", "c": "count(temp)"}),
+                         headers=_as("alice")).json()
+    rolled = service.post("/dataflows", json=windowed("long", "1 minute", {"mean": "avg(temp)"}), headers=_as("alice"))
+    assert rolled.status_code == 201, rolled.text
+    (share,) = rolled.json()["contained"]
+    assert share["reads"] == short["tasks"]["win"] and "/" in share["finish"]["columns"]["mean"]
+    summed = service.post("/dataflows", json=windowed("sums", "1 minute", {"total": "sum(temp)"}), headers=_as("alice"))
+    (plain,) = summed.json()["contained"]
+    assert plain["finish"] is None and plain["residual"]["aggregates"] == {"total": "SUM(s)"}
+    listed = service.get(f"/dataflows/{rolled.json()['id']}", headers=_as("alice")).json()["contained"]
+    assert listed == [share]

@@ -58,7 +58,8 @@ def dataflows(draw, index: int) -> dict:
     if draw(st.booleans()):
         window = draw(st.sampled_from(["10 seconds", "10 seconds", "30 seconds", "1 minute", "2 minutes"]))
         value = "t" if columns and "t" in columns else "temp" if not columns else None
-        pool = {"n": "count(*)", **({"hi": f"max({value})", "lo": f"min({value})", "s": f"sum({value})"} if value else {})}
+        pool = {"n": "count(*)", **({"hi": f"max({value})", "lo": f"min({value})", "s": f"sum({value})",
+                                     "c": f"count({value})", "m": f"avg({value})"} if value else {})}
         chosen = draw(st.lists(st.sampled_from(sorted(pool)), min_size=1, max_size=len(pool), unique=True))
         aggregates = {name: pool[name] for name in chosen}
     return chain(f"df{index}", expr, columns, window, aggregates)
@@ -176,6 +177,34 @@ def test_a_longer_window_rolls_up_a_running_one(make_manager):
     assert not_derivable.contained == []
     not_a_multiple = manager.submit(chain("odd", None, None, "15 seconds", {"n": "count(*)"}))
     assert not_a_multiple.contained == []
+
+
+def test_an_average_rolls_up_as_a_sum_over_a_count(make_manager):
+    """A 1-minute avg of temp over a running 10 s window that keeps sum(temp) and count(temp): the roll-up window
+    sums both, and the dataflow's own task becomes the select dividing them; a second such dataflow shares both
+    exactly, and removing the first leaves the second's chain running."""
+    manager = make_manager()
+    short = manager.submit(chain("short", None, None, "10 seconds", {"s": "sum(temp)", "c": "count(temp)", "hi": "max(temp)"}))
+    wanted = {"mean": "avg(temp)", "top": "max(temp)"}
+    long = manager.submit(chain("long", None, None, "1 minute", wanted))
+    (share,) = long.contained
+    assert (share["task"], share["reads"], share["kind"]) == ("win", short.tasks["win"], "window_aggregate")
+    assert share["residual"]["aggregates"] == {"mean__sum": "SUM(s)", "mean__count": "SUM(c)", "top": "MAX(hi)"}
+    assert list(share["finish"]["columns"]) == ["sensor", "window_start", "window_end", "mean", "top"]
+    flow = manager.state.dataflows[long.id]
+    running = manager.state.tasks[flow.tasks["win"]]
+    assert running.type == "select" and running.schema == {"sensor": "string", "window_start": "timestamp",
+                                                           "window_end": "timestamp", "mean": "double", "top": "double"}
+    (rollup,) = running.inputs
+    assert manager.state.tasks[rollup[1]].type == "window_aggregate" and flow.tasks["win~rollup"] == rollup[1]
+    assert set(long.tasks) == {"src", "win", "out"} and long.created == ["win", "out"]
+    again = manager.submit(chain("again", None, None, "1 minute", wanted))
+    assert again.tasks["win"] == long.tasks["win"] and again.created == ["out"]
+    manager.remove(short.id)
+    assert manager.state.tasks[short.tasks["win"]] and manager.state.tasks[long.tasks["win"]]
+    manager.submit(chain("star", "temp > 0", None, "10 seconds", {"s": "sum(temp)", "n": "count(*)"}))
+    counted = manager.submit(chain("star-long", "temp > 0", None, "1 minute", {"mean": "avg(temp)"}))
+    assert counted.contained == [] and "keep" in counted.reused, "count(*) counts the nulls avg skips: no roll-up"
 
 
 def test_containment_off_shares_only_equivalent_tasks(make_manager):

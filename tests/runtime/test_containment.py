@@ -193,15 +193,20 @@ def windowed(name: str, topic: str, sink: str, window: str, aggregates: dict[str
         task("out", "sink", topic=sink)], "streams": [stream("src", "win"), stream("win", "out")]}
 
 
-def window_rows(records: list[dict], size: int, last_end: int) -> list[dict]:
-    """count, max and sum of temp per sensor and tumbling window of ``size`` s, for windows ending by ``last_end``."""
+def window_rows(records: list[dict], size: int, last_end: int, names: tuple[str, ...] = ("n", "hi", "s")) -> list[dict]:
+    """``names`` of count (n, c), max (hi), sum (s) and average (m) of temp per sensor and tumbling window of
+    ``size`` s, for windows ending by ``last_end``."""
     groups: dict[tuple[str, int], list[float]] = {}
     for record in records:
         start = int(record["humidity"]) // size * size  # event time = the sequence number, in seconds
         if start + size <= last_end:
             groups.setdefault((record["sensor"], start), []).append(record["temp"])
-    return [{"sensor": sensor, "window_start": iso(start), "window_end": iso(start + size), "n": len(temps),
-             "hi": max(temps), "s": sum(temps)} for (sensor, start), temps in groups.items()]
+    rows = []
+    for (sensor, start), temps in groups.items():
+        every = {"n": len(temps), "c": len(temps), "hi": max(temps), "s": sum(temps), "m": sum(temps) / len(temps)}
+        rows.append({"sensor": sensor, "window_start": iso(start), "window_end": iso(start + size),
+                     **{name: every[name] for name in names}})
+    return rows
 
 
 @pytest.mark.kafka
@@ -209,21 +214,23 @@ def window_rows(records: list[dict], size: int, last_end: int) -> list[dict]:
 @pytest.mark.slow
 def test_a_rolled_up_window_gives_what_it_gives_alone(manager_factory, kafka_bootstrap, topic_factory):
     """In-order input (each record within the watermark of its 10 s window): the 30 s windows read from the 10 s
-    ones equal the 30 s windows computed from the records (sums of whole-number temperatures: exact)."""
+    ones equal the 30 s windows computed from the records (sums of whole-number temperatures: exact; the average
+    is the same sum over the same count, divided once). The average runs as a select after the roll-up."""
     manager = manager_factory(trigger_s=0.5)
     urban = topic_factory("urban")
-    aggregates = {"n": "count(*)", "hi": "max(temp)", "s": "sum(temp)"}
-    short = manager.submit(windowed("short", urban, f"{urban}-short", "10 seconds", aggregates))
-    long = manager.submit(windowed("long", urban, f"{urban}-long", "30 seconds", aggregates))
+    short_names, long_names = ("n", "hi", "s", "c"), ("n", "hi", "s", "m")
+    aggregates = {"n": "count(*)", "hi": "max(temp)", "s": "sum(temp)", "c": "count(temp)", "m": "avg(temp)"}
+    short = manager.submit(windowed("short", urban, f"{urban}-short", "10 seconds", {n: aggregates[n] for n in short_names}))
+    long = manager.submit(windowed("long", urban, f"{urban}-long", "30 seconds", {n: aggregates[n] for n in long_names}))
     (share,) = long.contained
-    assert (share["kind"], share["reads"]) == ("window_aggregate", short.tasks["win"])
+    assert (share["kind"], share["reads"]) == ("window_aggregate", short.tasks["win"]) and share["finish"]
     records = urban_records(0, 300)
     for start in range(0, 300, 50):  # several micro-batches, in event-time order
         produce(kafka_bootstrap, urban, records[start:start + 50])
         time.sleep(0.6)
     # max event time 299, watermark 294: the 10 s windows up to [280, 290) are out, so the 30 s ones up to [240, 270)
-    expected_long = window_rows(records, 30, 270)
+    expected_long = window_rows(records, 30, 270, long_names)
     received = wait_for(lambda: (got := values(read_all(kafka_bootstrap, f"{urban}-long"))) and len(got) >= len(expected_long)
                         and got, 120, "the rolled-up windows", lambda: raise_dead_queries(manager))
     assert multiset(received) == multiset(expected_long)
-    wait_sink(manager, kafka_bootstrap, f"{urban}-short", window_rows(records, 10, 290))
+    wait_sink(manager, kafka_bootstrap, f"{urban}-short", window_rows(records, 10, 290, short_names))
