@@ -9,7 +9,7 @@ import pytest
 
 MODULES = ["manager.merge", "manager.group", "manager.reuse", "manager.traffic", "manager.signature", "manager.validate", "manager.costs", "scheduler.fragments",
            "runtime.costs", "api.cli", "runtime.operators.sql",
-           "sana.auth", "manager.status", "runtime.quarantine"]
+           "sana.auth", "manager.status", "runtime.quarantine", "manager.containment"]
 
 
 @pytest.mark.parametrize("name", MODULES)
