@@ -358,6 +358,8 @@ def up(settings: Settings, demo: bool = False) -> int:
         if start_broker:
             launcher.start_broker(settings.data_dir if durable else None)
             launcher.supervise()
+            if launcher.objects is not None:  # the service keeps the broker's partitions short (api/retention.py)
+                launcher.settings = settings.model_copy(update={"broker_object_store": launcher.objects.endpoint})
         elif settings.dry_run:
             launcher.say("dry run: no broker, no Spark; deployments are planned and recorded")
         else:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import redis
 
 from api.health import KafkaProbe
+from api.object_store import BUCKET as OBJECT_BUCKET
+from api.retention import ObjectStoreClient, Retention
 from manager.service import Limits, Manager
 from runtime.dryrun import DryRunRuntime
 from sana import failpoints
@@ -25,8 +27,11 @@ class Services:
     kafka: KafkaProbe | None
     runtime_note: str | None
     principals: Principals
+    retention: Retention | None = None
 
     def close(self) -> None:
+        if self.retention is not None:
+            self.retention.stop()
         self.manager.close()
         self.redis.close()
 
@@ -60,4 +65,9 @@ def build_services(settings: Settings) -> Services:
                       limits=Limits(settings.max_tasks_per_dataflow, settings.max_dataflows_per_owner,
                                     settings.max_running_tasks, settings.max_queries))
     kafka = None if settings.dry_run else KafkaProbe(settings.effective_kafka_bootstrap)
-    return Services(settings, client, manager, kafka, note, principals)
+    retention = None
+    if settings.broker_object_store and settings.broker_retention_batches and not settings.dry_run:
+        retention = Retention(ObjectStoreClient(settings.broker_object_store, OBJECT_BUCKET), runtime.read_positions,
+                              keep=settings.broker_retention_batches, say=log.warning)
+        retention.start()
+    return Services(settings, client, manager, kafka, note, principals, retention)

@@ -1,6 +1,6 @@
 """What a read costs as a partition's record batches add up, in memory and durable.
 
-Run:  .venv/bin/python -m benchmarks.broker_batches [--levels 1000,2000,3000,4000,5000] [--timeout 20]   # ~6 min
+Run:  .venv/bin/python -m benchmarks.broker_batches [--levels 1000,2000,3000,4000,5000] [--timeout 20] [--retention 1000]  # ~9 min
 
 For each storage of the embedded broker, started as ``sana up`` starts it
 (``Launcher.start_broker``: in memory, and durable on the embedded object
@@ -15,7 +15,9 @@ its checkpoint) and the last (a reader keeping up). Writes
 
 A stream makes batches all the time (the demo's sources one per record at 20
 records/s, every query one per output topic per micro-batch), so this is how
-long a broker can serve a stream's readers.
+long a broker can serve a stream's readers. With ``--retention KEEP`` (default 1000) the durable broker is
+measured a second time with a retention round before each level's reads (``api.retention``, as the service runs
+it every 30 s): the reads are then at the oldest kept batch, the middle of the kept ones and the last.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import time
 from pathlib import Path
 
 from api.launcher import Launcher
+from api.object_store import BUCKET as OBJECT_BUCKET
+from api.retention import ObjectStoreClient, retain
 from benchmarks.measure import Progress
 from runtime.broker import rdkafka
 from runtime.broker.topics import Topics
@@ -57,7 +61,9 @@ def _shown(seconds: float | None, timeout_s: float) -> str:
     return "no answer in %.0f s" % timeout_s if seconds is None else "%.2f s" % seconds
 
 
-def measure(storage: str, levels: list[int], timeout_s: float, port: int) -> list[dict]:
+def measure(storage: str, levels: list[int], timeout_s: float, port: int, keep: int | None = None) -> list[dict]:
+    """Rows of one storage; with ``keep`` (durable only), a retention round (:func:`api.retention.retain`, no reader)
+    before each level's reads: the partition keeps its newest ``keep`` batches."""
     settings = Settings(embedded_kafka_port=port)
     root = Path(tempfile.mkdtemp(prefix=f"broker-batches-{storage}-"))
     (root / "run").mkdir()
@@ -79,7 +85,16 @@ def measure(storage: str, levels: list[int], timeout_s: float, port: int) -> lis
             if failures.records:
                 raise SystemExit(f"{storage}: the broker did not take {len(failures.records)} record(s)")
             row = {"storage": storage, "batches": level, "write_s_per_batch": round((time.monotonic() - began) / written, 5)}
-            for where, offset in (("first", 0), ("middle", level // 2), ("last", level - 1)):
+            first = 0
+            if keep is not None:
+                store = ObjectStoreClient(launcher.objects.endpoint, OBJECT_BUCKET)
+                cleared = time.monotonic()
+                report = retain(store, {}, keep)
+                store.close()
+                row.update(storage="durable, retention", kept=report.batches - report.deleted, deleted=report.deleted,
+                           retention_round_s=round(time.monotonic() - cleared, 3))
+                first = level - row["kept"]
+            for where, offset in (("first", first), ("middle", (first + level) // 2), ("last", level - 1)):
                 seconds = read_at(bootstrap, "t", offset, timeout_s)
                 row[f"read_{where}_s"] = None if seconds is None else round(seconds, 3)
             rows.append(row)
@@ -96,9 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", default="1000,2000,3000,4000,5000", help="batch counts at which reads are timed")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for a record")
     parser.add_argument("--port", type=int, default=29097, help="the embedded broker's port")
+    parser.add_argument("--retention", type=int, metavar="KEEP", default=1000,
+                        help="also run durable with retention keeping KEEP batches (0: not)")
     args = parser.parse_args(argv)
     levels = sorted(int(level) for level in args.levels.split(","))
-    rows = [row for storage in ("memory", "durable") for row in measure(storage, levels, args.timeout, args.port)]
+    runs = [("memory", None), ("durable", None)] + ([("durable", args.retention)] if args.retention else [])
+    rows = [row for storage, keep in runs for row in measure(storage, levels, args.timeout, args.port, keep)]
     print("| storage | one-record batches in the partition | read the first | the middle | the last | write, per batch |")
     print("|---|---:|---:|---:|---:|---:|")
     for row in rows:

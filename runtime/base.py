@@ -59,6 +59,12 @@ class Runtime(Protocol):
         when nothing runs as queries."""
         ...
 
+    def read_positions(self) -> dict[str, dict[int, int]]:
+        """Per topic and partition, the lowest offset a query of this runtime may still ask the broker for (what it
+        has not processed yet, or where it started when it does not run); topics no query reads are absent. The
+        broker's retention deletes nothing at or above it (:mod:`api.retention`)."""
+        ...
+
     def task_costs(self) -> dict[str, Any]:
         """``{"measured", "window_s", "tasks": {task id: cpu_cores, kafka_bytes_per_s, ...}}``
         (:mod:`runtime.costs`); ``measured`` false when nothing is measured."""

@@ -77,6 +77,10 @@ class DryRunRuntime:
         """Nothing runs as queries."""
         return {"fragments": {}, "queries": {}}
 
+    def read_positions(self) -> dict[str, dict[int, int]]:
+        """Nothing reads the broker."""
+        return {}
+
     def task_costs(self) -> dict[str, Any]:
         """Nothing runs, so nothing is measured."""
         return {"measured": False, "window_s": 0.0, "tasks": {}}

@@ -144,6 +144,15 @@ class Settings(BaseSettings):
         Path(".sana/data/checkpoints"), description="Where Spark queries keep their checkpoints (the broker offsets they "
         "have read: they belong with the broker's data)."
     )
+    broker_object_store: str | None = Field(
+        None, description="Set by `sana up` to the S3 endpoint of the embedded object store when the embedded broker "
+        "keeps its records there: the service then deletes the oldest record batches of long partitions, none that a "
+        "query may still read (api/retention.py, docs/reliability.md)."
+    )
+    broker_retention_batches: int = Field(
+        1000, ge=0, description="Record batches each partition of the durable embedded broker keeps at least before "
+        "the oldest are deleted (0: never delete; reads stall past a few thousand, docs/reliability.md)."
+    )
 
     failpoints: str = Field(
         "", description="Testing only: fail points where the process kills itself (sana/failpoints.py), e.g. "

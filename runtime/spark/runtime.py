@@ -260,6 +260,24 @@ class SparkRuntime:
 
     # -- reads for the API -----------------------------------------------------------------
 
+    def read_positions(self) -> dict[str, dict[int, int]]:
+        """:meth:`runtime.base.Runtime.read_positions`: over every recorded query (running, failed or waiting to be
+        restored) and every running one, what a running query has processed (the end of its last completed
+        micro-batch: a restart resumes there) and where a query not running started (it may resume anywhere from
+        there), the lowest per partition."""
+        records = self.query_records.load()
+        running = dict(self.queries)
+        lowest: dict[str, dict[int, int]] = {}
+        for query_id in sorted(set(records) | set(running)):
+            started = (records.get(query_id) or {}).get("inputs") or {}
+            query = running.get(query_id)
+            reached = query.processed() if query is not None else started
+            for topic in set(started) | set(reached):
+                for partition, offset in {**started.get(topic, {}), **reached.get(topic, {})}.items():
+                    parts = lowest.setdefault(topic, {})
+                    parts[int(partition)] = min(int(offset), parts.get(int(partition), int(offset)))
+        return lowest
+
     def fragment_metrics(self) -> dict[str, Any]:
         """Per fragment: its query's metrics (rows/s, batch duration, lag per partition, state)."""
         queries, host = dict(self.queries), dict(self.host)

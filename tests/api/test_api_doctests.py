@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["api.loopback", "api.guard", "api.ratelimit", "api.error_answers"]
+MODULES = ["api.loopback", "api.guard", "api.ratelimit", "api.error_answers", "api.retention"]
 
 
 @pytest.mark.parametrize("name", MODULES)
