@@ -223,6 +223,8 @@ def _routes(app: FastAPI) -> None:
             components["kafka"] = {"status": "ok", "note": "not used in dry-run"}
         else:
             components["kafka"] = services.kafka.check()
+        if services.retention is not None:  # the durable embedded broker's (api/retention.py); never turns the status
+            components["kafka"]["retention"] = services.retention.summary()
         try:
             runtime = services.manager.runtime.health()
         except Exception as error:  # a runtime that cannot report is down, whatever the reason

@@ -252,10 +252,12 @@ class Launcher:
             topics = Topics(self.settings.effective_kafka_bootstrap)
             topics.ensure(sources)
             topics.close()
-            # On the durable broker every record batch is an object, and reads slow down and then stop answering
-            # once a partition holds a few thousand (docs/reliability.md, "Reads stall on a partition of many
-            # batches"): the demo's sources send one batch a second, not one a record.
-            linger_ms = DEMO_DURABLE_LINGER_MS if self.objects is not None else 20
+            # On the durable broker every record batch is an object the broker lists on each read (docs/reliability.md,
+            # "Reads stall on a partition of many batches"): the demo's sources send one batch a second, not one a
+            # record, unless SANA_DEMO_LINGER_MS says otherwise.
+            linger_ms = self.settings.demo_linger_ms
+            if linger_ms is None:
+                linger_ms = DEMO_DURABLE_LINGER_MS if self.objects is not None else 20
             for seed, topic in enumerate(sources, start=1):
                 kind = kind_of(topic)
                 rate = DEMO_RATE if kind != "model" else 1.0

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from xml.etree import ElementTree
@@ -166,6 +167,8 @@ class Retention:
         self.store, self.positions, self.keep, self.every_s, self.say = store, positions, keep, every_s, say
         self.stopping = threading.Event()
         self.last: RoundReport | None = None
+        self.last_at: float | None = None
+        self.error: str | None = None
         self.thread = threading.Thread(target=self._run, name="broker-retention", daemon=True)
 
     def start(self) -> None:
@@ -174,9 +177,16 @@ class Retention:
     def _run(self) -> None:
         while not self.stopping.wait(self.every_s):
             try:
-                self.last = retain(self.store, self.positions(), self.keep)
+                self.last, self.last_at, self.error = retain(self.store, self.positions(), self.keep), time.time(), None
             except (httpx.HTTPError, ElementTree.ParseError) as error:
-                self.say(f"broker retention: this round failed ({error}); the next one tries again")
+                self.error = str(error) or type(error).__name__
+                self.say(f"broker retention: this round failed ({self.error}); the next one tries again")
+
+    def summary(self) -> dict[str, object]:
+        """What ``/healthz`` shows under the broker: the batches a partition keeps, the last round, the last error."""
+        last = None if self.last is None else {"at": self.last_at, "batches": self.last.batches,
+                                               "deleted": self.last.deleted, "held_topics": self.last.held_topics}
+        return {"keep_batches": self.keep, "every_s": self.every_s, "last_round": last, "error": self.error}
 
     def stop(self) -> None:
         self.stopping.set()

@@ -1,6 +1,6 @@
 """What the demo costs a new user's machine: `sana up --demo` watched for a few minutes.
 
-Run:  .venv/bin/python -m benchmarks.demo_load [--warmup 60] [--seconds 120]    # ~4 min
+Run:  .venv/bin/python -m benchmarks.demo_load [--warmup 60] [--seconds 120] [--source-linger-ms MS] [--ephemeral]   # ~4 min
 
 Starts ``sana up --demo`` as a user does (its own ports, state prefix and run
 directory), waits until every example dataflow is submitted and ``--warmup``
@@ -51,7 +51,7 @@ def _wait(predicate, timeout_s: float, what: str, process: subprocess.Popen) -> 
     raise SystemExit(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
-def measure(warmup_s: float, seconds: float) -> dict:
+def measure(warmup_s: float, seconds: float, source_linger_ms: int | None = None, ephemeral: bool = False) -> dict:
     run = Path(tempfile.mkdtemp(prefix="demo-load-"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -59,6 +59,10 @@ def measure(warmup_s: float, seconds: float) -> dict:
            "SANA_STATE_PREFIX": f"demo-load-{uuid.uuid4().hex[:6]}", "SANA_RUN_DIR": str(run / "run"), "SANA_DATA_DIR": str(run / "data"),
            "SANA_CHECKPOINT_DIR": str(run / "checkpoints")}
     env.pop("SANA_KAFKA_BOOTSTRAP", None)
+    if source_linger_ms is not None:
+        env["SANA_DEMO_LINGER_MS"] = str(source_linger_ms)
+    if ephemeral:
+        env["SANA_EPHEMERAL"] = "1"
     examples = len(list((ROOT / "examples").glob("*.json")))
     with open(run / "up.log", "wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "api.cli", "up", "--demo"], cwd=ROOT, env=env,
@@ -113,8 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=60.0)
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/demo_load.json"))
+    parser.add_argument("--source-linger-ms", type=int, help="the demo sources' linger (SANA_DEMO_LINGER_MS; 20 makes a "
+                        "record batch per record, the load that stalled the durable broker before its retention)")
+    parser.add_argument("--ephemeral", action="store_true", help="the in-memory broker (sana up --ephemeral)")
     args = parser.parse_args(argv)
-    result = measure(args.warmup, args.seconds)
+    result = measure(args.warmup, args.seconds, args.source_linger_ms, args.ephemeral)
+    result.update(source_linger_ms=args.source_linger_ms, broker="memory" if args.ephemeral else "durable")
     result["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     args.out.write_text(json.dumps(result, indent=1))
     print("| dataflows | queries | trigger | batch p50 | batch p95 | cores (whole tree) |\n|---:|---:|---:|---:|---:|---:|")

@@ -149,6 +149,10 @@ class Settings(BaseSettings):
         "keeps its records there: the service then deletes the oldest record batches of long partitions, none that a "
         "query may still read (api/retention.py, docs/reliability.md)."
     )
+    demo_linger_ms: int | None = Field(
+        None, ge=0, description="How long `sana up --demo`'s sources wait to fill a record batch (default: 1,000 ms on "
+        "the durable broker, 20 in memory)."
+    )
     broker_retention_batches: int = Field(
         1000, ge=0, description="Record batches each partition of the durable embedded broker keeps at least before "
         "the oldest are deleted (0: never delete; reads stall past a few thousand, docs/reliability.md)."

@@ -128,7 +128,8 @@ def test_sana_settings_all_have_a_value():
     # directory (in the chart they are StatefulSets on their own claims, values *.internal.persistence);
     # fail points are for recovery tests, never a deployment
     not_in_pod = {"SANA_EMBEDDED_KAFKA_PORT", "SANA_DATA_DIR", "SANA_EPHEMERAL", "SANA_FAILPOINTS",
-                  "SANA_BROKER_OBJECT_STORE", "SANA_BROKER_RETENTION_BATCHES"}  # the embedded broker's retention
+                  "SANA_BROKER_OBJECT_STORE", "SANA_BROKER_RETENTION_BATCHES",  # the embedded broker's retention
+                  "SANA_DEMO_LINGER_MS"}  # sana up --demo
     settings = {f"SANA_{name.upper()}" for name in Settings.model_fields}
     assert settings - not_in_pod == SANA_SETTINGS_IN_POD, (
         f"settings without a chart value: {sorted(settings - not_in_pod - SANA_SETTINGS_IN_POD)}; "

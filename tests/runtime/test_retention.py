@@ -9,7 +9,7 @@ import pytest
 
 from api.launcher import Launcher
 from api.object_store import BUCKET
-from api.retention import ObjectStoreClient, parse_key, retain
+from api.retention import ObjectStoreClient, Retention, parse_key, retain
 from runtime.broker import rdkafka
 from runtime.broker.topics import Topics
 from sana.settings import Settings
@@ -77,6 +77,19 @@ def test_retention_keeps_the_newest_batches_and_everything_a_reader_still_needs(
         assert read_from(bootstrap, "unread", 305, 5) == [(n, n) for n in range(305, 310)]
         # a topic held (a reader whose position is unknown) keeps everything
         assert retain(store, {"read": None, "unread": {0: 0}}, keep=10).deleted == 0
+        # the service's thread: rounds on their own, what /healthz shows of them
+        retention = Retention(ObjectStoreClient(launcher.objects.endpoint, BUCKET), lambda: {"read": {0: 300}},
+                              keep=50, every_s=0.2)
+        retention.start()
+        try:
+            deadline = time.monotonic() + 30
+            while retention.last is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            summary = retention.summary()
+        finally:
+            retention.stop()
+        assert summary["last_round"]["deleted"] == (310 - 200 - 50) + (300 - 120 - 50) and summary["error"] is None
+        assert (batches(store, "read"), batches(store, "unread")) == (list(range(250, 300)), list(range(260, 310)))
     finally:
         store.close()
         launcher.stop()
