@@ -20,7 +20,6 @@ SERVICE_MARKERS = ("spark", "kafka", "browser")
 SERVICE_DIRECTORIES = ("runtime", "browser")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.pluginmanager.hasplugin("xdist"):
         return
