@@ -22,10 +22,4 @@ if ! .venv/bin/python -c "import redis, os; redis.Redis.from_url(os.environ['SAN
     echo "test: no Redis answers at $SANA_REDIS_URL; start one (redis-server --port 6379) or set SANA_REDIS_URL" >&2
     exit 1
 fi
-# Two workers (pytest-xdist): the tests that start Spark, the broker, `sana up` or a browser run on one of them,
-# one after another (tests/conftest.py); the rest on both. SANA_TEST_WORKERS=0 runs everything in one process.
-workers=${SANA_TEST_WORKERS:-2}
-if [ "$workers" = 0 ]; then
-    exec .venv/bin/python -m pytest "$@"
-fi
-exec .venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"
+exec .venv/bin/python -m pytest "$@"

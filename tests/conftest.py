@@ -13,21 +13,6 @@ from sana.settings import Settings
 
 REDIS_URL = os.environ.get("SANA_REDIS_URL", "redis://127.0.0.1:6379/0")
 
-#: Tests that start Spark, the embedded broker, `sana up` or a browser. Under pytest-xdist (scripts/test.sh runs
-#: two workers) they all run on one worker, one after another, as without xdist: two Spark JVMs or brokers
-#: side by side on two cores would slow each other past their waits. The rest is spread over both workers.
-SERVICE_MARKERS = ("spark", "kafka", "browser")
-SERVICE_DIRECTORIES = ("runtime", "browser")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        directory = item.path.parent.name
-        if directory in SERVICE_DIRECTORIES or any(item.get_closest_marker(name) for name in SERVICE_MARKERS):
-            item.add_marker(pytest.mark.xdist_group("services"))
-
 
 def delete_prefix(client: redis.Redis, prefix: str) -> None:
     """Delete every key under ``prefix`` (hypothesis tests cannot use the fixture below)."""
