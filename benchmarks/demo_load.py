@@ -96,7 +96,8 @@ def measure(warmup_s: float, seconds: float, source_linger_ms: int | None = None
                                  "workers": (metrics or {}).get("routing", {}).get("workers"),
                                  "detections": controller.get("detections"), "rollbacks": controller.get("rollbacks")}
         durations = list(batches.values())
-        return {"dataflows": examples, "queries": len(queries), "trigger_s": trigger_s, "seconds": round(elapsed),
+        retention = httpx.get(url + "/healthz", timeout=30).json().get("components", {}).get("kafka", {}).get("retention")
+        return {"broker_retention": retention,"dataflows": examples, "queries": len(queries), "trigger_s": trigger_s, "seconds": round(elapsed),
                 "keyed_workers": int(env.get("SANA_KEYED_WORKERS", "8")),
                 "cores": round(cores, 3), "load_average_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
                 "batches": len(durations),
