@@ -236,13 +236,16 @@ class Weighing:
     """How a query's plans stood (:func:`optimizer.planner.standing`, lower is better): Algorithm 1's, the one
     taking every share and, when weighed, the private one (sharing nothing running). ``kept`` names the plan
     placed; ``deciding`` the first criterion of :data:`WEIGHING_CRITERIA` on which the kept plan differs from
-    the best of the others (None: they tie, and Algorithm 1's is kept).
+    the better sharing plan it was kept over (None: they tie, and Algorithm 1's is kept).
 
     >>> Weighing("every share", (-10.0, -12.0, 8.0, 1.0, 0.0), (-12.0, -12.0, 8.0, 1.0, 0.0)).to_dict()["deciding"]
     'delivered_mbps'
     >>> Weighing("private", (-10.0, -12.0, 8.0, 1.0, 0.0), (-10.0, -12.0, 8.0, 1.0, 0.0),
     ...          (-20.0, -20.0, 16.0, 1.0, 0.0)).to_dict()["private"]["delivered_mbps"]
     20.0
+    >>> Weighing("algorithm 1", (-10.0, -12.0, 8.0, 1.0, 0.0), (-10.0, -12.0, 9.0, 1.0, 0.0),
+    ...          (-10.2, -20.0, 16.0, 1.0, 0.0)).deciding   # not the private plan's 2 % more: it is not worth it
+    'added_mbps'
     """
 
     kept: str
@@ -259,9 +262,11 @@ class Weighing:
 
     @property
     def deciding(self) -> str | None:
-        standings = self.standings
-        kept = standings[self.kept]
-        best_other = min(standing for name, standing in standings.items() if name != self.kept)
+        """The first criterion on which the kept plan differs from the better sharing plan it was kept over (the
+        private plan, when not kept, fell short of :data:`PRIVATE_GAIN` and decides nothing)."""
+        sharing = {"algorithm 1": self.algorithm_1, "every share": self.every_share}
+        kept = self.standings[self.kept]
+        best_other = min(standing for name, standing in sharing.items() if name != self.kept)
         return next((name for name, a, b in zip(WEIGHING_CRITERIA, kept, best_other) if a != b), None)
 
     def to_dict(self) -> dict[str, Any]:
