@@ -98,7 +98,7 @@ def deletable(batches: Iterable[BatchObject], positions: Positions, keep: int = 
             continue
         if topic in positions and positions[topic] is HOLD:
             continue
-        guard = (positions.get(topic) or {}).get(partition) if topic in positions else None
+        guard = (positions.get(topic) or {}).get(partition)
         found.sort(key=lambda batch: batch.offset)
         for batch, following in zip(found[:len(found) - keep], found[1:]):
             if guard is not None and following.offset > guard:
@@ -151,9 +151,6 @@ class ObjectStoreClient:
             if b"<Error>" in answer:
                 raise StoreError(f"the object store did not delete every batch: {answer[:300]!r}")
 
-    def close(self) -> None:
-        """Nothing is kept open between calls."""
-
 
 @dataclass
 class RoundReport:
@@ -203,4 +200,3 @@ class Retention:
         self.stopping.set()
         if self.thread.is_alive():
             self.thread.join(5)
-        self.store.close()

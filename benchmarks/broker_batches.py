@@ -90,7 +90,6 @@ def measure(storage: str, levels: list[int], timeout_s: float, port: int, keep: 
                 store = ObjectStoreClient(launcher.objects.endpoint, OBJECT_BUCKET)
                 cleared = time.monotonic()
                 report = retain(store, {}, keep)
-                store.close()
                 row.update(storage="durable, retention", kept=report.batches - report.deleted, deleted=report.deleted,
                            retention_round_s=round(time.monotonic() - cleared, 3))
                 first = level - row["kept"]

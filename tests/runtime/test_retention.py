@@ -91,5 +91,4 @@ def test_retention_keeps_the_newest_batches_and_everything_a_reader_still_needs(
         assert summary["last_round"]["deleted"] == (310 - 200 - 50) + (300 - 120 - 50) and summary["error"] is None
         assert (batches(store, "read"), batches(store, "unread")) == (list(range(250, 300)), list(range(260, 310)))
     finally:
-        store.close()
         launcher.stop()
