@@ -186,7 +186,7 @@ class Retention:
         while not self.stopping.wait(self.every_s):
             try:
                 self.last, self.last_at, self.error = retain(self.store, self.positions(), self.keep), time.time(), None
-            except (OSError, ElementTree.ParseError) as error:  # StoreError and urllib's errors are OSErrors
+            except Exception as error:  # the store, Redis (the positions) or anything else: this round only
                 self.error = str(error) or type(error).__name__
                 self.say(f"broker retention: this round failed ({self.error}); the next one tries again")
 
