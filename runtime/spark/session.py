@@ -37,6 +37,16 @@ NO_PUSHDOWN_THROUGH_SELECTS = ",".join(f"org.apache.spark.sql.catalyst.optimizer
 # about 10 classes loaded and unloaded per second, 1.16 cores against 0.95
 # with this cache). The classes live in the JVM's metaspace, a few KB each.
 CODEGEN_CACHE_ENTRIES = "4096"
+# That cache finds a piece of code by its text, and by default the text names
+# its whole-stage codegen stage by number (GeneratedIteratorForCodegenStage7).
+# Stages are numbered in plan order, so a change that adds or removes a
+# branch of a hosting query's statement renumbers every stage after it, and
+# Spark compiled those branches again, as new classes the JIT then compiles
+# from the start, though their code was the same: a change cost the tasks it
+# did not touch. Without the number in the class name, an unchanged branch
+# finds its classes (tests/runtime/test_codegen_cache.py; docs/runtime.md,
+# "What a change costs the rest").
+CODEGEN_ID_IN_CLASS_NAME = "false"
 # Spark's default driver heap is 1 GiB. In local mode the executors run in the
 # driver's JVM too, and 35 OPMW queries alone kept G1 busy at that size: a
 # young collection every 1.6 s, mostly for humongous allocations, 0.08 cores
@@ -61,6 +71,7 @@ DEFAULT_CONF = {
     "spark.driver.extraJavaOptions": "-Dlog4j2.level=warn",
     "spark.sql.optimizer.excludedRules": NO_PUSHDOWN_THROUGH_SELECTS,
     "spark.sql.codegen.cache.maxEntries": CODEGEN_CACHE_ENTRIES,
+    "spark.sql.codegen.useIdInClassName": CODEGEN_ID_IN_CLASS_NAME,
     "spark.driver.memory": DRIVER_MEMORY,
 }
 
