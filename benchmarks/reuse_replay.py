@@ -142,6 +142,23 @@ def steps_to(workload_name: str, trace: str, walk_steps: int, defrag_every: int,
     return [("add", index) for index in alive]
 
 
+def replay(service: RealService, documents: list[dict[str, Any]], steps: list[tuple[str, int]],
+           name: str, every: int = 10) -> dict[int, str]:
+    """Run ``steps`` (add, remove, defrag) against ``service``; returns the running dataflows: index -> id."""
+    running: dict[int, str] = {}
+    began = time.monotonic()
+    for number, (action, index) in enumerate(steps, 1):
+        if action == "add":
+            running[index] = service.submit(documents[index])
+        elif action == "remove":
+            service.remove(running.pop(index))
+        else:
+            service.defragment()
+        if number % every == 0 or number == len(steps):
+            print(f"{name}: step {number}/{len(steps)} ({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
+    return running
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=["reuse", "alone"], required=True)
@@ -164,21 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(run_dir, ignore_errors=True)
     service = RealService(run_dir, sharing=args.mode == "reuse", redis_url=args.redis_url,
                           records=records_for(args.workload), settle_s=0, measure_s=0, trigger_s=args.trigger, keyed_workers=2)
-    running: dict[int, str] = {}
     result: dict[str, Any] = {"args": {key: str(value) for key, value in vars(args).items()}, "steps": steps,
                               "spark_defaults": _spark_defaults()}
     try:
-        began = time.monotonic()
-        for number, (action, index) in enumerate(steps, 1):
-            if action == "add":
-                running[index] = service.submit(documents[index])
-            elif action == "remove":
-                service.remove(running.pop(index))
-            else:
-                service.defragment()
-            if number % 10 == 0 or number == len(steps):
-                print(f"replay {args.mode}: step {number}/{len(steps)} ({time.monotonic() - began:.0f} s)",
-                      file=sys.stderr, flush=True)
+        replay(service, documents, steps, f"replay {args.mode}")
         series: list[float] = []
         by_thread: list[dict[str, float]] = []
         jvm: list[dict[str, float]] = []
