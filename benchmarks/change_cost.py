@@ -41,7 +41,7 @@ from typing import Any
 
 from benchmarks.reuse import workloads
 from benchmarks.reuse_real import RealService, records_for
-from benchmarks.reuse_replay import jvm_counters, jvm_pid, process_tree, replay, steps_to, thread_cpu
+from benchmarks.reuse_replay import jvm_counters, jvm_pid, process_tree, program_name, replay, steps_to, thread_cpu
 from runtime import costs
 
 #: Thread names of the JVM's just-in-time compilers (C1, C2) as /proc shows them.
@@ -119,7 +119,7 @@ class Window:
                     if key[2].startswith(JIT_THREADS))
         by_program: dict[str, float] = {}
         for key, value in threads.items():
-            program = (pids.get(key[0], "").split() or ["(exited)"])[0].rsplit("/", 1)[-1]
+            program = program_name(pids, key[0])
             by_program[program] = by_program.get(program, 0.0) + value - self.threads.get(key, 0.0)
         batches = {}
         for query, listed in _queries(self.service).items():

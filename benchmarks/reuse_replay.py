@@ -58,13 +58,21 @@ def thread_cpu(pids: dict[int, str]) -> dict[tuple[int, str, str], float]:
     return result
 
 
+def program_name(pids: dict[int, str], pid: int) -> str:
+    """The program ``pid`` runs, by the file name of its command (``(exited)`` when gone).
+
+    >>> program_name({7: "/usr/bin/java -cp x"}, 7), program_name({}, 8)
+    ('java', '(exited)')
+    """
+    return (pids.get(pid, "").split() or ["(exited)"])[0].rsplit("/", 1)[-1]
+
+
 def _per_thread(pids: dict[int, str], before: dict[tuple[int, str, str], float], after: dict[tuple[int, str, str], float],
                 seconds: float) -> dict[str, float]:
     """Cores per kind of thread (program: thread name) between two ``thread_cpu`` readings."""
     used: dict[str, float] = {}
     for (pid, tid, name), used_s in after.items():
-        program = (pids.get(pid, "").split() or ["(exited)"])[0].rsplit("/", 1)[-1]
-        kind = f"{program}: {name}"
+        kind = f"{program_name(pids, pid)}: {name}"
         used[kind] = round(used.get(kind, 0.0) + (used_s - before.get((pid, tid, name), 0.0)) / seconds, 4)
     return used
 
