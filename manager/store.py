@@ -80,6 +80,7 @@ class Store:
         self.pending = f"{prefix}:pending"
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
+        self._lease = _LeaseKeeper(self._renew_lock)
 
     def dataflow_count(self) -> int:
         """How many dataflows are submitted (what a starting service brings back)."""
@@ -98,25 +99,23 @@ class Store:
                 raise StateBusy(f"another manager has held {self.lock_key!r} for over {wait_s:.0f} s")
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
-        released = threading.Event()
-        renewer = threading.Thread(target=self._keep_lock, args=(token, released), name="sana-lock-lease", daemon=True)
-        renewer.start()
+        self._lease.hold(token)
         try:
             yield
         finally:
-            released.set()
-            renewer.join()
+            self._lease.drop(token)
             self._release(keys=[self.lock_key], args=[token])
 
-    def _keep_lock(self, token: str, released: threading.Event) -> None:
-        """Renew the lease until released; a lost lease is logged (the commit's version check still guards the state)."""
-        while not released.wait(LOCK_TTL_MS / 3000):
-            try:
-                if not self._renew(keys=[self.lock_key], args=[token, LOCK_TTL_MS]):
-                    log.error("lost the writer lock %r: another writer may change the state meanwhile", self.lock_key)
-                    return
-            except redis.RedisError as error:  # Redis away: the lease lapses unless it is back in time
-                log.warning("could not renew the writer lock %r: %s", self.lock_key, error)
+    def _renew_lock(self, token: str) -> bool:
+        """Renew the lease of ``token``; False when it is lost (a lost lease is logged, and the commit's version
+        check still guards the state)."""
+        try:
+            if not self._renew(keys=[self.lock_key], args=[token, LOCK_TTL_MS]):
+                log.error("lost the writer lock %r: another writer may change the state meanwhile", self.lock_key)
+                return False
+        except redis.RedisError as error:  # Redis away: the lease lapses unless it is back in time
+            log.warning("could not renew the writer lock %r: %s", self.lock_key, error)
+        return True
 
     # -- reading -----------------------------------------------------------------
 
@@ -369,3 +368,53 @@ def _parents_first(specs: list[TaskSpec]) -> list[TaskSpec]:
     if missing:
         raise StateCorrupt(f"running tasks read from tasks that are not running: {sorted(missing)[:5]}")
     return ordered
+
+
+class _LeaseKeeper:
+    """Renews the writer lock's lease every third of its time to live while a token is held.
+
+    One thread does it for as long as changes keep coming (a change holds the lock for milliseconds, so
+    starting a thread per change cost more than the change's own planning); it ends after a renewal
+    period with nothing held, and the next :meth:`hold` starts another.
+    """
+
+    def __init__(self, renew: Callable[[str], bool]) -> None:
+        self._renew = renew
+        self._token: str | None = None
+        self._changed = threading.Condition()
+        self._running = False
+
+    def hold(self, token: str) -> None:
+        with self._changed:
+            self._token = token
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="sana-lock-lease", daemon=True).start()
+            self._changed.notify()
+
+    def drop(self, token: str) -> None:
+        with self._changed:
+            if self._token == token:
+                self._token = None
+                self._changed.notify()
+
+    def _run(self) -> None:
+        period_s = LOCK_TTL_MS / 3000
+        with self._changed:
+            while True:
+                token = self._token
+                if token is None:
+                    if not self._changed.wait_for(lambda: self._token is not None, period_s):
+                        self._running = False
+                        return
+                    continue
+                if self._changed.wait_for(lambda: self._token != token, period_s):
+                    continue  # dropped, or another change holds the lock now: its period starts afresh
+                self._changed.release()
+                try:
+                    kept = self._renew(token)
+                finally:
+                    self._changed.acquire()
+                if not kept and self._token == token:
+                    self._token = None
+

@@ -217,3 +217,29 @@ def test_the_writer_lock_is_a_lease_renewed_while_held_and_lapsing_when_its_hold
     with store.lock(wait_s=5.0):
         assert redis_client.get(f"{state_prefix}:lock") != b"a holder killed with -9"
     assert time.monotonic() - started < 2.0
+
+
+def test_one_thread_keeps_the_lease_across_changes_and_it_ends_when_none_comes(redis_client, state_prefix, monkeypatch):
+    import threading
+    import time
+
+    import manager.store as store_module
+
+    monkeypatch.setattr(store_module, "LOCK_TTL_MS", 300)
+    store = Store(redis_client, state_prefix)
+
+    def keepers() -> list[threading.Thread]:
+        return [thread for thread in threading.enumerate() if thread.name == "sana-lock-lease"]
+
+    before = len(keepers())
+    for _ in range(50):
+        with store.lock():
+            pass
+    assert len(keepers()) - before <= 1
+    with store.lock():
+        time.sleep(0.35)  # past one time to live: held only because the keeper renewed it
+        assert redis_client.pttl(f"{state_prefix}:lock") > 0
+    deadline = time.monotonic() + 5
+    while len(keepers()) > before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(keepers()) <= before
