@@ -158,8 +158,15 @@ class _Rewriting:
             self.parents.setdefault(stream.dst, []).append((stream.port, stream.src))
         self.signatures: dict[str, str] = {}
         self.order: list[str] = []
+        self.rewritten: set[str] = set()  # tasks whose config, inputs or an ancestor changed
+
+    def _as_submitted(self, task_id: str) -> bool:
+        return task_id not in self.rewritten and task_id in self.flow.signatures and \
+            not any(parent in self.rewritten for _, parent in self.parents.get(task_id, ()))
 
     def signature(self, task_id: str) -> str:
+        if self._as_submitted(task_id):
+            return self.flow.signatures[task_id]
         task = self.tasks[task_id]
         inputs = [(port, self.signatures[parent]) for port, parent in self.parents.get(task_id, [])]
         return task_signature(task.type, task.config, inputs, task.site if task.type == "source" else None)
@@ -174,10 +181,12 @@ class _Rewriting:
         or, when equivalent, be ``wider``. With ``share.finish`` the residual runs as ``<task>~rollup`` and the
         task becomes the select that finishes it."""
         task = self.tasks[share.task]
+        self.rewritten.add(share.task)
         if share.residual is None:
             self.tasks[share.task] = dataclasses.replace(task, config=wider.config)
             return
         wider_id = share.task + WIDER
+        self.rewritten.add(wider_id)
         self.tasks[wider_id] = Task(wider_id, wider.type, wider.config)
         self.schemas[wider_id] = dict(wider.schema)
         self.parents[wider_id] = self.parents[share.task]
@@ -188,6 +197,7 @@ class _Rewriting:
         if share.finish is None:
             return
         rollup_id = share.task + ROLLUP
+        self.rewritten.add(rollup_id)
         self.tasks[rollup_id] = Task(rollup_id, task.type, share.residual)
         self.schemas[rollup_id] = WINDOW_AGGREGATE.output_schema(
             WINDOW_AGGREGATE.config_model.model_validate(share.residual), {"in": [dict(wider.schema)]})
@@ -197,6 +207,8 @@ class _Rewriting:
         self.finish(rollup_id)
 
     def finish(self, task_id: str) -> None:
+        if not self._as_submitted(task_id):
+            self.rewritten.add(task_id)
         self.signatures[task_id] = self.signature(task_id)
         self.order.append(task_id)
 
@@ -249,9 +261,16 @@ def _running_equivalent(state: State, wider: str, rest: str, schema: dict[str, s
 
 
 def _select_container(state: State, task: Task, parent: str, _: Schema) -> tuple[TaskSpec, dict[str, Any], None] | None:
-    """The first running select over ``parent`` whose output ``task``'s columns can be computed from."""
+    """The first running select over ``parent`` whose output ``task``'s columns can be computed from, among the
+    first :data:`MAX_CHECKS` that read every input column ``task`` reads (a rebased expression reads the running
+    select's columns only where it read theirs)."""
     schema = state.tasks[parent].schema
-    for spec in _readers(state, parent, "select"):
+    reads = _select_columns(task.config["columns"])
+    if reads is None:
+        return None
+    candidates = [spec for spec in _readers(state, parent, "select")
+                  if (theirs := _select_columns(spec.config["columns"])) is not None and reads <= theirs]
+    for spec in candidates[:MAX_CHECKS]:
         columns = rebase(task.config["columns"], spec.config["columns"], schema, spec.schema)
         if columns is not None:
             return spec, {**task.config, "columns": columns}, None
@@ -355,11 +374,23 @@ _CONTAINERS = {"filter": _filter_container, "select": _select_container, "window
 
 @lru_cache(maxsize=65_536)
 def _columns(expr: str) -> frozenset[str] | None:
-    """The columns a predicate reads (cached: every running filter over a stream is a candidate of each new one)."""
+    """The columns an expression reads (cached: every running filter or select over a stream is a candidate of each
+    new one)."""
     try:
         return frozenset(referenced_columns(parse_expression(expr)))
     except SqlProblem:
         return None
+
+
+def _select_columns(columns: Mapping[str, str]) -> frozenset[str] | None:
+    """The input columns a select's expressions read (None if one does not parse)."""
+    read: set[str] = set()
+    for text in columns.values():
+        found = _columns(text)
+        if found is None:
+            return None
+        read |= found
+    return frozenset(read)
 
 
 def read_by_owner(state: State, owner: str | None, shares: Iterable[Contained]) -> frozenset[str]:

@@ -11,6 +11,8 @@ rebased select gives the same values row for row.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from sqlglot import exp
 
 from runtime.operators.sql import DIALECT, SqlProblem, canonical_sql, infer_type, parse_expression
@@ -30,6 +32,16 @@ def rebase(new: dict[str, str], running: dict[str, str], schema: Schema, running
     >>> rebase({"k": "temp"}, running, schema, out) is None   # temp is not in the running output
     True
     """
+    found = _rebase(tuple(new.items()), tuple(running.items()), tuple(schema.items()), tuple(running_schema.items()))
+    return None if found is None else dict(found)
+
+
+@lru_cache(maxsize=16_384)
+def _rebase(new: tuple[tuple[str, str], ...], running: tuple[tuple[str, str], ...], schema: tuple[tuple[str, str], ...],
+            running_schema: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...] | None:
+    """:func:`rebase` on hashable arguments, cached: a new select is compared with every running one over its
+    input, and the same pairs come back submit after submit."""
+    new, running, schema, running_schema = dict(new), dict(running), dict(schema), dict(running_schema)
     by_text = {canonical_sql(text): name for name, text in running.items()}
     rebased: dict[str, str] = {}
     for name, text in new.items():
@@ -49,7 +61,7 @@ def rebase(new: dict[str, str], running: dict[str, str], schema: Schema, running
         if before is None or after != before:
             return None
         rebased[name] = canonical_sql(written)
-    return rebased
+    return tuple(rebased.items())
 
 
 def _replace(tree: exp.Expression, by_text: dict[str, str]) -> exp.Expression | None:
