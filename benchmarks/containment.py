@@ -36,14 +36,12 @@ from typing import Any
 
 from benchmarks.measure import summary
 from runtime.operators.fields import duration_ms
-from benchmarks.targets import delete_prefix, redis_client
-from manager.results import Limits
+from benchmarks.targets import UNLIMITED, delete_prefix, redis_client
 from manager.service import Manager
 from manager.state import parents_first
 from runtime.dryrun import DryRunRuntime
 
 REDIS_URL = os.environ.get("SANA_REDIS_URL", "redis://127.0.0.1:6379/0")
-UNLIMITED = Limits(tasks_per_dataflow=200, dataflows_per_owner=10**9, running_tasks=10**9, queries=10**9)
 #: column -> (low, high, threshold step): readings are uniform over [low, high).
 COLUMNS = {"temp": (-10.0, 45.0, 1.0), "humidity": (0.0, 100.0, 5.0), "light": (0.0, 2000.0, 50.0),
            "dust": (0.0, 500.0, 10.0), "airq": (0.0, 300.0, 10.0)}

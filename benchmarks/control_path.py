@@ -39,15 +39,13 @@ import redis
 from benchmarks.breakdown import bridging_documents, phase_breakdown
 from benchmarks.measure import summary
 from benchmarks.riot import SOURCE_SCHEMAS, riot_dataflow
-from benchmarks.targets import delete_prefix, redis_client
-from manager.results import Limits
+from benchmarks.targets import UNLIMITED, delete_prefix, redis_client
 from manager.service import Manager
 from manager.validate import parse_dataflow
 from runtime.dryrun import DryRunRuntime
 
 PROBE_BASE = 1_000_000
 WARMUP_BASE = 2_000_000
-UNLIMITED = Limits(tasks_per_dataflow=200, dataflows_per_owner=10**9, running_tasks=10**9, queries=10**9)
 
 
 class Wire:

@@ -44,12 +44,19 @@ from benchmarks import breakdown
 from benchmarks.latency_report import markdown_table, plot
 from benchmarks.measure import CpuWindow, GcWatch, Progress, machine, summary
 from benchmarks.riot import riot_dataflow
-from benchmarks.targets import HttpTarget, InProcessTarget, delete_prefix, encode, redis_client
+from benchmarks.targets import HttpTarget, InProcessTarget, Tenants, delete_prefix, encode, redis_client
 
 PROBE_BASE = 1_000_000   # probe dataflow numbers: never among the running ones
 WARMUP_BASE = 2_000_000
 WARMUP = 30
 RESULTS = Path("benchmarks/results")
+PER_OWNER = 1_000          # SANA_MAX_DATAFLOWS_PER_OWNER's default, left on
+# The rate limits stay at their defaults (5 writes/s per principal, 30 at once): the benchmark writes a few
+# hundred times a second, so it needs about this many principals taking turns to stay under them.
+MIN_TENANTS = 200
+# The service-wide limits, on but sized so the top level fits (their defaults, 20,000 tasks and 2,000 queries,
+# are for one machine running Spark; the dry run holds no queries).
+SERVICE_LIMITS = {"SANA_MAX_RUNNING_TASKS": "10000000", "SANA_MAX_QUERIES": "1000000"}
 
 
 def _probe(target, documents, bodies, redis_pid, gc_watch, progress, label) -> dict[str, Any]:
@@ -127,9 +134,15 @@ def _edge_cases(manager, edge_docs) -> dict[str, Any]:
     return out
 
 
-def run_mode(target, args, probe_docs, redis_pid, progress, expected: dict[int, int] | None, edge_docs=None) -> dict[str, Any]:
+def _redis_used_mib(client) -> float:
+    return round(client.info("memory")["used_memory"] / 2**20, 1)
+
+
+def run_mode(target, args, probe_docs, redis_pid, progress, expected: dict[int, int] | None, edge_docs=None,
+             redis=None) -> dict[str, Any]:
     """Fill level by level and probe at each; returns the mode's results."""
     mode = target.mode
+    redis_before = _redis_used_mib(redis) if redis is not None else None
     bodies = [encode(document) for document in probe_docs]
     levels_out: list[dict[str, Any]] = []
     running = 0
@@ -179,6 +192,7 @@ def run_mode(target, args, probe_docs, redis_pid, progress, expected: dict[int, 
                 "attempts": [{"submit_ms": item["submit_ms"], "remove_ms": item["remove_ms"], "cpu": item["cpu"]} for item in attempts],
                 "samples": best["samples"],
                 "manager_rss_mib": _rss_mib(target.pids[-1]),
+                "redis_used_mib": round(_redis_used_mib(redis) - redis_before, 1) if redis is not None else None,
             }
             if edge_docs and hasattr(target, "manager"):
                 progress.say(f"[{mode}] level {level:,}: DAG-wide edge cases", force=True)
@@ -217,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="before each probe run, wait at most this long for other load to drop below half of --disturbed")
     parser.add_argument("--breakdown", type=int, default=200, help="probes timed step by step at the top level (0: none)")
     parser.add_argument("--edge-cases", type=int, default=40, help="in-process DAG-wide submit+removes per kind per level (0: none)")
+    parser.add_argument("--tenants", type=int, default=None,
+                        help=f"http mode: user principals with tokens, taking turns (default: {MIN_TENANTS}, or enough that "
+                        f"none holds more than 80 %% of its {PER_OWNER:,}-dataflow limit at the top level); "
+                        "0: single-user mode, no tokens")
     parser.add_argument("--out", type=Path, default=RESULTS / "manager_latency.json")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/manager_latency.png"))
     args = parser.parse_args(argv)
@@ -228,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown mode(s) {unknown} (known: in-process, http)")
 
+    if args.tenants is None:
+        args.tenants = max(MIN_TENANTS, -(-(args.levels[-1] + args.probes) * 10 // (8 * PER_OWNER)))
+    elif 0 < args.tenants * PER_OWNER < args.levels[-1] + args.probes:
+        parser.error(f"--tenants {args.tenants}: {args.levels[-1]:,} running dataflows need at least "
+                     f"{-(-(args.levels[-1] + args.probes) // PER_OWNER)} users at {PER_OWNER:,} each")
     run_id = uuid.uuid4().hex[:12]
     client = redis_client(args.redis_url)
     redis_info = client.info("server")
@@ -242,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         "code": _git_state(),
         "config": {"levels": args.levels, "probes": args.probes, "seed": args.seed, "attempts": args.attempts,
                    "quiet_wait_s": args.quiet_wait,
-                   "disturbed_cores": args.disturbed, "warmup": WARMUP},
+                   "disturbed_cores": args.disturbed, "warmup": WARMUP,
+                   "http_tenants": args.tenants, "http_limits": {"SANA_MAX_DATAFLOWS_PER_OWNER": PER_OWNER, **SERVICE_LIMITS}
+                   if args.tenants else "single-user mode, SANA_MAX_* from the environment"},
         "modes": {},
     }
     prefixes = []
@@ -253,14 +278,16 @@ def main(argv: list[str] | None = None) -> int:
             if mode == "in-process":
                 target = InProcessTarget(args.redis_url, prefix)
             else:
-                target = HttpTarget(args.redis_url, prefix, Path(tempfile.mkdtemp(prefix="sana-bench-")))
+                tenants = Tenants(args.tenants) if args.tenants else None
+                target = HttpTarget(args.redis_url, prefix, Path(tempfile.mkdtemp(prefix="sana-bench-")), tenants=tenants,
+                                    limits=SERVICE_LIMITS if tenants else None)
                 results["http_server_command"] = f"SANA_STATE_PREFIX={prefix} {' '.join(target.command)}"
             progress.say(f"[{mode}] prefix {prefix}", force=True)
             expected = None
             if "in-process" in results["modes"]:
                 expected = {level["running_dataflows"]: level["stats"]["running_tasks"] for level in results["modes"]["in-process"]["levels"]}
             try:
-                results["modes"][mode] = run_mode(target, args, probe_docs, redis_pid, progress, expected, edge_docs)
+                results["modes"][mode] = run_mode(target, args, probe_docs, redis_pid, progress, expected, edge_docs, client)
                 if mode == "in-process" and args.breakdown:
                     progress.say(f"[{mode}] step breakdown at {args.levels[-1]:,} running dataflows", force=True)
                     results["breakdown"] = {

@@ -22,11 +22,15 @@ from typing import Any
 import httpx
 import redis
 
+from manager.results import Limits
 from manager.service import Manager
 from manager.validate import parse_dataflow
 from runtime.dryrun import DryRunRuntime
+from sana.auth import new_token, token_hash
 
 SERVER_START_TIMEOUT_S = 60.0
+# In-process runs fill far past one owner's and one machine's limits; only a dataflow's size stays bounded.
+UNLIMITED = Limits(tasks_per_dataflow=200, dataflows_per_owner=10**9, running_tasks=10**9, queries=10**9)
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ class InProcessTarget:
     def __init__(self, redis_url: str, prefix: str) -> None:
         self.prefix = prefix
         self.client = redis_client(redis_url)
-        self.manager = Manager(self.client, prefix, DryRunRuntime(self.client, prefix))
+        self.manager = Manager(self.client, prefix, DryRunRuntime(self.client, prefix), limits=UNLIMITED)
         self.manager.start()
         self.pids = (os.getpid(),)
 
@@ -127,15 +131,58 @@ def wait_healthy(process: subprocess.Popen, client: httpx.Client, log_path: Path
     raise RuntimeError(f"sana up did not answer on {client.base_url} within {timeout_s:.0f} s; see {log_path}")
 
 
+class Tenants:
+    """``count`` user principals with bearer tokens, and an admin, for a service with a tokens file.
+
+    Dataflows go to the users in turn; each one's sink topics move into its user's namespace
+    (``<name>.``), since a user's sinks may write nothing else, and its sources read ``riot-*``
+    (granted). The service then checks every request's token, owner, topics and per-owner limit
+    as it does for real users.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.users = [(f"u{index}", new_token()) for index in range(count)]
+        self.admin = ("bench-admin", new_token())
+        self._turn = 0
+        self._token_of: dict[str, str] = {}
+
+    def tokens_document(self) -> dict[str, Any]:
+        entries = [{"name": name, "role": "user", "token_sha256": token_hash(token), "read_topics": ["riot-*"]}
+                   for name, token in self.users]
+        return {"principals": entries + [{"name": self.admin[0], "role": "admin",
+                                          "token_sha256": token_hash(self.admin[1])}]}
+
+    def assign(self, document: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """``document`` as the next user submits it (sinks in their namespace), and that user's token."""
+        name, token = self.users[self._turn % len(self.users)]
+        self._turn += 1
+        tasks = [{**task, "config": {**task["config"], "topic": f"{name}.{task['config']['topic']}"}}
+                 if task["type"] == "sink" else task for task in document["tasks"]]
+        return {**document, "owner": name, "tasks": tasks}, token
+
+    def remember(self, dataflow_id: str, token: str) -> None:
+        self._token_of[dataflow_id] = token
+
+    def token_for(self, dataflow_id: str) -> str:
+        return self._token_of.pop(dataflow_id)
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
 class HttpTarget:
     """``sana up --dry-run`` started as a subprocess, driven by one keep-alive httpx client.
 
     ``dry_run=False``: ``sana up`` with Spark (``local[2]``) and its embedded broker on a free port.
+    ``tenants``: the service runs with a tokens file of those principals and ``limits`` (``SANA_*``
+    variables) and every request carries its principal's token.
     """
 
     mode = "http"
 
-    def __init__(self, redis_url: str, prefix: str, run_dir: Path, dry_run: bool = True) -> None:
+    def __init__(self, redis_url: str, prefix: str, run_dir: Path, dry_run: bool = True,
+                 tenants: Tenants | None = None, limits: dict[str, str] | None = None) -> None:
         self.prefix = prefix
         self.run_dir = run_dir
         self.port = free_port()
@@ -153,11 +200,18 @@ class HttpTarget:
                        SANA_CHECKPOINT_DIR=str(run_dir / "checkpoints"))
             env.pop("SANA_KAFKA_BOOTSTRAP", None)
         run_dir.mkdir(parents=True, exist_ok=True)
+        self.tenants = tenants
+        if tenants is not None:
+            tokens_file = run_dir / "tokens.json"
+            tokens_file.write_text(json.dumps(tenants.tokens_document()))
+            env["SANA_TOKENS_FILE"] = str(tokens_file)
+        env.update(limits or {})
         self.log_path = run_dir / "sana-up.log"
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(self.command, env=env, cwd=run_dir, stdout=self._log, stderr=subprocess.STDOUT)
         self.pids = (os.getpid(), self.process.pid)
-        self.client = httpx.Client(base_url=self.base_url, timeout=120)
+        self.client = httpx.Client(base_url=self.base_url, timeout=120,
+                                   headers=_bearer(tenants.admin[1]) if tenants is not None else None)
         self._wait_ready()
 
     def _wait_ready(self) -> None:
@@ -165,17 +219,25 @@ class HttpTarget:
         wait_healthy(self.process, self.client, self.log_path, timeout, pause_s=0.2)
 
     def submit(self, document: dict[str, Any], body: bytes) -> Submitted:
+        headers = {"content-type": "application/json"}
+        if self.tenants is not None:
+            document, token = self.tenants.assign(document)
+            body = encode(document)
+            headers.update(_bearer(token))
         start = time.perf_counter()
-        response = self.client.post("/dataflows", content=body, headers={"content-type": "application/json"})
+        response = self.client.post("/dataflows", content=body, headers=headers)
         elapsed = (time.perf_counter() - start) * 1000
         if response.status_code != 201:
             raise RuntimeError(f"POST /dataflows {document['name']}: {response.status_code} {response.text[:500]}")
         answer = response.json()
+        if self.tenants is not None:
+            self.tenants.remember(answer["id"], token)
         return Submitted(answer["id"], elapsed, len(answer["created"]), len(answer["tasks"]))
 
     def remove(self, dataflow_id: str) -> tuple[float, int]:
+        headers = _bearer(self.tenants.token_for(dataflow_id)) if self.tenants is not None else None
         start = time.perf_counter()
-        response = self.client.delete(f"/dataflows/{dataflow_id}")
+        response = self.client.delete(f"/dataflows/{dataflow_id}", headers=headers)
         elapsed = (time.perf_counter() - start) * 1000
         if response.status_code != 200:
             raise RuntimeError(f"DELETE /dataflows/{dataflow_id}: {response.status_code} {response.text[:500]}")
