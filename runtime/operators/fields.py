@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Annotated
 
 from pydantic import AfterValidator, StringConstraints
@@ -85,12 +86,24 @@ def _canonical_duration(value: str) -> str:
     return f"{millis // 1000} seconds" if millis % 1000 == 0 else f"{millis} milliseconds"
 
 
+# Expressions up to this long have their checks remembered (the same few come back in submit after submit);
+# the bound keeps what the cache can hold small whatever a client sends.
+_REMEMBERED_SQL_CHARS = 2_000
+
+
 def _sql(value: str) -> str:
+    return _checked_sql(value) if len(value) <= _REMEMBERED_SQL_CHARS else _check_sql(value)
+
+
+def _check_sql(value: str) -> str:
     try:
         parse_expression(value, aggregate=True)
     except SqlProblem as problem:
         raise ValueError(str(problem)) from None
     return canonical_sql(value)
+
+
+_checked_sql = lru_cache(maxsize=8_192)(_check_sql)  # a refused text raises again each time: nothing cached
 
 
 def _column_type(value: str) -> str:
