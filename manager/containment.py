@@ -403,8 +403,4 @@ def read_by_owner(state: State, owner: str | None, shares: Iterable[Contained]) 
 
 def containment_shares(state: State) -> dict[str, int]:
     """Running containment shares by kind (``equivalent``: a predicate equal to a running one's, read as is)."""
-    found = {"filter": 0, "select": 0, "window_aggregate": 0, "equivalent": 0}
-    for flow in state.dataflows.values():
-        for share in flow.contained.values():
-            found["equivalent" if share["residual"] is None else share["kind"]] += 1
-    return found
+    return dict(state.tally.contained)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -297,7 +296,7 @@ class Manager:
         state = self.snapshot()
         submitted = state.submitted_tasks()
         running = len(state.tasks)
-        sharing = Counter(len(users) for users in state.users.values())
+        sharing = {users: count for users, count in state.tally.by_users.items() if users}
         return {
             "submitted_dataflows": len(state.dataflows),
             "submitted_tasks": submitted,

@@ -113,7 +113,11 @@ class State:
     - ``owned``: owner -> how many dataflows it has submitted; ``owner_users``:
       running task id -> owner -> how many of its users that owner submitted
       (so limits and answers per owner cost a lookup, not a scan of every
-      dataflow). Both follow :meth:`add_dataflow` and :meth:`drop_dataflow`.
+      dataflow). Both follow :meth:`add_dataflow` and :meth:`drop_dataflow`;
+    - ``tally``: the counts ``GET /stats`` answers (submitted tasks, running
+      streams, tasks by how many dataflows use them, containment shares by
+      kind), kept as tasks and dataflows come and go so that reading them costs
+      nothing at any size.
     """
 
     dataflows: dict[str, SubmittedDataflow] = field(default_factory=dict)
@@ -135,6 +139,7 @@ class State:
     quarantined: set[str] = field(default_factory=set)
     owned: dict[str | None, int] = field(default_factory=dict)
     owner_users: dict[str, dict[str | None, int]] = field(default_factory=dict)
+    tally: Tally = field(default_factory=lambda: Tally())
     next_dataflow: int = 1
     next_dag: int = 1
     version: int = 0
@@ -143,6 +148,8 @@ class State:
 
     def add_task(self, task: TaskSpec, dag: str) -> None:
         self.tasks[task.id] = task
+        self.tally.running_streams += len(task.inputs)
+        self.tally.move_task(None, 0)
         same = self.instances.setdefault(task.signature, set())
         same.add(task.id)
         self.by_signature[task.signature] = min(same)
@@ -178,6 +185,8 @@ class State:
         self.rates.pop(task_id, None)
         self.arrivals.pop(task_id, None)
         self.not_shared.pop(task_id, None)
+        self.tally.running_streams -= len(task.inputs)
+        self.tally.move_task(len(self.users[task_id]), None)
         del self.users[task_id]
         self.owner_users.pop(task_id, None)
         self.children.pop(task_id, None)
@@ -203,21 +212,29 @@ class State:
         """Record a submitted dataflow as a user of its running tasks (which must be running)."""
         self.dataflows[flow.id] = flow
         self.owned[flow.owner] = self.owned.get(flow.owner, 0) + 1
+        self.tally.count_dataflow(flow, +1)
         for task_id in flow.running_ids():
-            self.users[task_id].add(flow.id)
+            users = self.users[task_id]
+            if flow.id not in users:
+                self.tally.move_task(len(users), len(users) + 1)
+            users.add(flow.id)
             owners = self.owner_users.setdefault(task_id, {})
             owners[flow.owner] = owners.get(flow.owner, 0) + 1
 
     def drop_dataflow(self, dataflow_id: str) -> SubmittedDataflow:
         """Forget a submitted dataflow and its uses of running tasks (the tasks stay)."""
         flow = self.dataflows.pop(dataflow_id)
+        self.tally.count_dataflow(flow, -1)
         left = self.owned[flow.owner] - 1
         if left:
             self.owned[flow.owner] = left
         else:
             del self.owned[flow.owner]
         for task_id in flow.running_ids():
-            self.users[task_id].discard(flow.id)
+            users = self.users[task_id]
+            if flow.id in users:
+                self.tally.move_task(len(users), len(users) - 1)
+            users.discard(flow.id)
             owners = self.owner_users.get(task_id)
             if owners is not None:
                 count = owners.get(flow.owner, 0) - 1
@@ -311,11 +328,42 @@ class State:
         return result
 
     def running_streams(self) -> int:
-        return sum(len(task.inputs) for task in self.tasks.values())
+        return self.tally.running_streams
 
     def submitted_tasks(self) -> int:
         """Tasks the submitted documents hold (not the running tasks containment shares add to a dataflow)."""
-        return sum(len(flow.tasks) - flow.wider_tasks() for flow in self.dataflows.values())
+        return self.tally.submitted_tasks
+
+
+@dataclass
+class Tally:
+    """Counts over the whole state that :class:`State` keeps as it changes (``GET /stats``)."""
+
+    submitted_tasks: int = 0   # tasks of the submitted documents (not those containment shares add)
+    running_streams: int = 0   # inputs of the running tasks
+    by_users: dict[int, int] = field(default_factory=dict)   # dataflows using a task -> how many tasks
+    contained: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONTAINMENT_KINDS, 0))
+
+    def move_task(self, old: int | None, new: int | None) -> None:
+        """A running task's user count went from ``old`` to ``new`` (None: it was not running / is gone)."""
+        if old is not None:
+            left = self.by_users[old] - 1
+            if left:
+                self.by_users[old] = left
+            else:
+                del self.by_users[old]
+        if new is not None:
+            self.by_users[new] = self.by_users.get(new, 0) + 1
+
+    def count_dataflow(self, flow: SubmittedDataflow, sign: int) -> None:
+        self.submitted_tasks += sign * (len(flow.tasks) - flow.wider_tasks())
+        for share in flow.contained.values():
+            self.contained["equivalent" if share["residual"] is None else share["kind"]] += sign
+
+
+#: Containment shares by kind, as ``GET /stats`` counts them (``equivalent``: a predicate equal to a running
+#: one's, read as is).
+CONTAINMENT_KINDS = ("filter", "select", "window_aggregate", "equivalent")
 
 
 def parents_first(tasks: Mapping[str, TaskSpec]) -> list[str]:
