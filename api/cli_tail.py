@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from typing import Any
 from urllib.parse import quote
@@ -51,6 +52,9 @@ def tail(args: argparse.Namespace) -> int:
     if args.count is not None and args.count < 1:
         print("sana: -n must be at least 1", file=sys.stderr)
         return EXIT_USAGE
+    # Ctrl-C (SIGINT) ends a follow, also where the parent started us with SIGINT ignored (a non-interactive
+    # shell's `sana tail ... &`, some process supervisors): Python keeps an ignored SIGINT ignored otherwise.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _follow(args)
     except KeyboardInterrupt:
