@@ -375,12 +375,15 @@ class _LeaseKeeper:
 
     One thread does it for as long as changes keep coming (a change holds the lock for milliseconds, so
     starting a thread per change cost more than the change's own planning); it ends after a renewal
-    period with nothing held, and the next :meth:`hold` starts another.
+    period with nothing held, and the next :meth:`hold` starts another. :meth:`drop` returns only once no
+    renewal of its token is in flight, so the lock is never released under a renewal (which would then
+    find it gone and report a lost lease).
     """
 
     def __init__(self, renew: Callable[[str], bool]) -> None:
         self._renew = renew
         self._token: str | None = None
+        self._renewing: str | None = None
         self._changed = threading.Condition()
         self._running = False
 
@@ -390,13 +393,14 @@ class _LeaseKeeper:
             if not self._running:
                 self._running = True
                 threading.Thread(target=self._run, name="sana-lock-lease", daemon=True).start()
-            self._changed.notify()
+            self._changed.notify_all()
 
     def drop(self, token: str) -> None:
         with self._changed:
             if self._token == token:
                 self._token = None
-                self._changed.notify()
+                self._changed.notify_all()
+            self._changed.wait_for(lambda: self._renewing != token)
 
     def _run(self) -> None:
         period_s = LOCK_TTL_MS / 3000
@@ -410,11 +414,13 @@ class _LeaseKeeper:
                     continue
                 if self._changed.wait_for(lambda: self._token != token, period_s):
                     continue  # dropped, or another change holds the lock now: its period starts afresh
+                self._renewing = token
                 self._changed.release()
                 try:
                     kept = self._renew(token)
                 finally:
                     self._changed.acquire()
+                    self._renewing = None
+                    self._changed.notify_all()
                 if not kept and self._token == token:
                     self._token = None
-

@@ -243,3 +243,27 @@ def test_one_thread_keeps_the_lease_across_changes_and_it_ends_when_none_comes(r
     while len(keepers()) > before and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(keepers()) <= before
+
+
+
+def test_a_lock_is_released_only_after_a_renewal_in_flight_ends(monkeypatch):
+    """Else the renewal finds the lock gone and reports a lost lease that was never lost."""
+    import threading
+    import time
+
+    import manager.store as store_module
+
+    monkeypatch.setattr(store_module, "LOCK_TTL_MS", 30)
+    in_flight, renewed = threading.Event(), []
+
+    def slow_renewal(token: str) -> bool:
+        in_flight.set()
+        time.sleep(0.2)
+        renewed.append(token)
+        return True
+
+    keeper = store_module._LeaseKeeper(slow_renewal)
+    keeper.hold("a")
+    assert in_flight.wait(5)
+    keeper.drop("a")
+    assert renewed[:1] == ["a"]
