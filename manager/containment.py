@@ -186,7 +186,6 @@ class _Rewriting:
             self.tasks[share.task] = dataclasses.replace(task, config=wider.config)
             return
         wider_id = share.task + WIDER
-        self.rewritten.add(wider_id)
         self.tasks[wider_id] = Task(wider_id, wider.type, wider.config)
         self.schemas[wider_id] = dict(wider.schema)
         self.parents[wider_id] = self.parents[share.task]
@@ -197,7 +196,6 @@ class _Rewriting:
         if share.finish is None:
             return
         rollup_id = share.task + ROLLUP
-        self.rewritten.add(rollup_id)
         self.tasks[rollup_id] = Task(rollup_id, task.type, share.residual)
         self.schemas[rollup_id] = WINDOW_AGGREGATE.output_schema(
             WINDOW_AGGREGATE.config_model.model_validate(share.residual), {"in": [dict(wider.schema)]})

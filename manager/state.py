@@ -84,6 +84,37 @@ class SubmittedDataflow:
         return cls(**data)
 
 
+#: Containment shares by kind, as ``GET /stats`` counts them (``equivalent``: a predicate equal to a running
+#: one's, read as is).
+CONTAINMENT_KINDS = ("filter", "select", "window_aggregate", "equivalent")
+
+
+@dataclass
+class Tally:
+    """Counts over the whole state that :class:`State` keeps as it changes (``GET /stats``)."""
+
+    submitted_tasks: int = 0   # tasks of the submitted documents (not those containment shares add)
+    running_streams: int = 0   # inputs of the running tasks
+    by_users: dict[int, int] = field(default_factory=dict)   # dataflows using a task -> how many tasks
+    contained: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONTAINMENT_KINDS, 0))
+
+    def move_task(self, old: int | None, new: int | None) -> None:
+        """A running task's user count went from ``old`` to ``new`` (None: it was not running / is gone)."""
+        if old is not None:
+            left = self.by_users[old] - 1
+            if left:
+                self.by_users[old] = left
+            else:
+                del self.by_users[old]
+        if new is not None:
+            self.by_users[new] = self.by_users.get(new, 0) + 1
+
+    def count_dataflow(self, flow: SubmittedDataflow, sign: int) -> None:
+        self.submitted_tasks += sign * (len(flow.tasks) - flow.wider_tasks())
+        for share in flow.contained.values():
+            self.contained["equivalent" if share["residual"] is None else share["kind"]] += sign
+
+
 @dataclass
 class State:
     """Submitted dataflows, running tasks and the indexes over them.
@@ -139,7 +170,7 @@ class State:
     quarantined: set[str] = field(default_factory=set)
     owned: dict[str | None, int] = field(default_factory=dict)
     owner_users: dict[str, dict[str | None, int]] = field(default_factory=dict)
-    tally: Tally = field(default_factory=lambda: Tally())
+    tally: Tally = field(default_factory=Tally)
     next_dataflow: int = 1
     next_dag: int = 1
     version: int = 0
@@ -333,37 +364,6 @@ class State:
     def submitted_tasks(self) -> int:
         """Tasks the submitted documents hold (not the running tasks containment shares add to a dataflow)."""
         return self.tally.submitted_tasks
-
-
-@dataclass
-class Tally:
-    """Counts over the whole state that :class:`State` keeps as it changes (``GET /stats``)."""
-
-    submitted_tasks: int = 0   # tasks of the submitted documents (not those containment shares add)
-    running_streams: int = 0   # inputs of the running tasks
-    by_users: dict[int, int] = field(default_factory=dict)   # dataflows using a task -> how many tasks
-    contained: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONTAINMENT_KINDS, 0))
-
-    def move_task(self, old: int | None, new: int | None) -> None:
-        """A running task's user count went from ``old`` to ``new`` (None: it was not running / is gone)."""
-        if old is not None:
-            left = self.by_users[old] - 1
-            if left:
-                self.by_users[old] = left
-            else:
-                del self.by_users[old]
-        if new is not None:
-            self.by_users[new] = self.by_users.get(new, 0) + 1
-
-    def count_dataflow(self, flow: SubmittedDataflow, sign: int) -> None:
-        self.submitted_tasks += sign * (len(flow.tasks) - flow.wider_tasks())
-        for share in flow.contained.values():
-            self.contained["equivalent" if share["residual"] is None else share["kind"]] += sign
-
-
-#: Containment shares by kind, as ``GET /stats`` counts them (``equivalent``: a predicate equal to a running
-#: one's, read as is).
-CONTAINMENT_KINDS = ("filter", "select", "window_aggregate", "equivalent")
 
 
 def parents_first(tasks: Mapping[str, TaskSpec]) -> list[str]:
