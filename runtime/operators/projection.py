@@ -32,15 +32,20 @@ def rebase(new: dict[str, str], running: dict[str, str], schema: Schema, running
     >>> rebase({"k": "temp"}, running, schema, out) is None   # temp is not in the running output
     True
     """
-    found = _rebase(tuple(new.items()), tuple(running.items()), tuple(schema.items()), tuple(running_schema.items()))
+    arguments = (tuple(new.items()), tuple(running.items()), tuple(schema.items()), tuple(running_schema.items()))
+    small = sum(len(text) for text in (*new.values(), *running.values())) <= _REMEMBERED_CHARS
+    found = (_remembered_rebase if small else _rebase)(*arguments)
     return None if found is None else dict(found)
 
 
-@lru_cache(maxsize=16_384)
+# Pairs of selects whose expressions total up to this many characters have their answer remembered (the same
+# pairs come back submit after submit); the bound keeps what the cache holds small whatever clients send.
+_REMEMBERED_CHARS = 4_000
+
+
 def _rebase(new: tuple[tuple[str, str], ...], running: tuple[tuple[str, str], ...], schema: tuple[tuple[str, str], ...],
             running_schema: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...] | None:
-    """:func:`rebase` on hashable arguments, cached: a new select is compared with every running one over its
-    input, and the same pairs come back submit after submit."""
+    """:func:`rebase` on hashable arguments (so that it can be remembered)."""
     new, running, schema, running_schema = dict(new), dict(running), dict(schema), dict(running_schema)
     by_text = {canonical_sql(text): name for name, text in running.items()}
     rebased: dict[str, str] = {}
@@ -62,6 +67,9 @@ def _rebase(new: tuple[tuple[str, str], ...], running: tuple[tuple[str, str], ..
             return None
         rebased[name] = canonical_sql(written)
     return tuple(rebased.items())
+
+
+_remembered_rebase = lru_cache(maxsize=16_384)(_rebase)
 
 
 def _replace(tree: exp.Expression, by_text: dict[str, str]) -> exp.Expression | None:
