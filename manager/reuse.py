@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from manager.exceptions import SinkTopicTaken
 from manager.model import Dataflow
 from manager.state import State
 from manager.traffic import measured_by_signature
@@ -72,11 +73,11 @@ def plan_reuse(state: State, flow: Dataflow, measured: Mapping[str, float] | Non
     >>> [(vertex.id, vertex.inputs) for vertex in reuse.query], reuse.vertex_of["t"], reuse.reused
     ([('s', ()), ('u', (('in', 's'), ('in', 's'))), ('k', (('in', 'u'),))], 's', {})
     """
-    wan = state.wan
-    known = measured_by_signature(state, measured) if wan is not None and measured else {}
     parents_of: dict[str, list[tuple[str, str]]] = {}
     for stream in flow.streams:
         parents_of.setdefault(stream.dst, []).append((stream.port, stream.src))
+    if state.wan is not None:
+        return _wan_reuse(state, flow, parents_of, measured)
     first: dict[str, str] = {}
     query: list[QueryTask] = []
     reused: dict[str, str] = {}
@@ -87,19 +88,60 @@ def plan_reuse(state: State, flow: Dataflow, measured: Mapping[str, float] | Non
         first[signature] = task_id
         task = flow.tasks[task_id]
         inputs = tuple(sorted((port, first[flow.signatures[parent]]) for port, parent in parents_of.get(task_id, [])))
-        if wan is None:
-            query.append(QueryTask(task_id, signature, task.type, inputs, site=task.site))
-            if all(parent in reused for _, parent in inputs):
-                running = find_instance(state, signature, tuple(sorted((port, reused[parent]) for port, parent in inputs)))
-                if running is not None:
-                    reused[task_id] = running
-        else:
-            query.append(QueryTask(task_id, signature, task.type, inputs, known.get(signature), pinned_site(flow, task_id, wan)))
+        query.append(QueryTask(task_id, signature, task.type, inputs, site=task.site))
+        if all(parent in reused for _, parent in inputs):
+            running = find_instance(state, signature, tuple(sorted((port, reused[parent]) for port, parent in inputs)))
+            if running is not None:
+                reused[task_id] = running
     vertex_of = {task_id: first[flow.signatures[task_id]] for task_id in flow.order}
-    if wan is None:
-        return ReusePlan(tuple(query), vertex_of, reused=reused)
+    return ReusePlan(tuple(query), vertex_of, reused=reused)
+
+
+def _wan_reuse(state: State, flow: Dataflow, parents_of: Mapping[str, list[tuple[str, str]]],
+               measured: Mapping[str, float] | None) -> ReusePlan:
+    """The reuse plan under a WAN configuration, where equivalent tasks may run more than once (refused shares).
+
+    Tasks equal within the dataflow (same signature, reading the same
+    vertices) become one vertex, unless running sinks force them onto
+    different running instances: then each keeps a vertex of its own, so
+    that every sink reuses the chain that writes its topic.
+    """
+    wan = state.wan
+    assert wan is not None
+    known = measured_by_signature(state, measured) if measured else {}
+    forced = forced_by_running_sinks(state, flow, parents_of)
+    vertex_of: dict[str, str] = {}
+    vertex_forced: dict[str, str] = {}
+    alike: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]] = {}
+    query: list[QueryTask] = []
+    for task_id in flow.order:
+        signature = flow.signatures[task_id]
+        inputs = tuple(sorted((port, vertex_of[parent]) for port, parent in parents_of.get(task_id, [])))
+        target = forced.get(task_id)
+        vertex = _same_vertex(alike.setdefault((signature, inputs), []), vertex_forced, target)
+        if vertex is None:
+            vertex = task_id
+            alike[(signature, inputs)].append(vertex)
+            task = flow.tasks[task_id]
+            query.append(QueryTask(task_id, signature, task.type, inputs, known.get(signature), pinned_site(flow, task_id, wan)))
+        if target is not None:
+            vertex_forced[vertex] = target
+        vertex_of[task_id] = vertex
     configs = {vertex.id: flow.tasks[vertex.id].config for vertex in query}
-    return ReusePlan(tuple(query), vertex_of, forced=forced_by_running_sinks(state, query), configs=configs)
+    return ReusePlan(tuple(query), vertex_of, forced=vertex_forced, configs=configs)
+
+
+def _same_vertex(candidates: list[str], forced: Mapping[str, str], target: str | None) -> str | None:
+    """The vertex among ``candidates`` (equal tasks reading the same vertices) a task forced onto ``target`` joins.
+
+    One forced onto the same running task, else an unforced one (a task forced
+    nowhere joins any)."""
+    for vertex in candidates:
+        if forced.get(vertex) == target:
+            return vertex
+    if target is None:
+        return candidates[0] if candidates else None
+    return next((vertex for vertex in candidates if vertex not in forced), None)
 
 
 def find_instance(state: State, signature: str, inputs: tuple[tuple[str, str], ...]) -> str | None:
@@ -137,28 +179,43 @@ def pinned_site(flow: Dataflow, task_id: str, wan: WanConfig) -> str | None:
     return site
 
 
-def forced_by_running_sinks(state: State, query: list[QueryTask]) -> dict[str, str]:
-    """Query vertices that must reuse the ancestors of an equivalent running sink.
+def forced_by_running_sinks(state: State, flow: Dataflow, parents_of: Mapping[str, list[tuple[str, str]]]) -> dict[str, str]:
+    """Submitted tasks that must reuse the ancestors of an equivalent running sink.
 
-    That sink's output exists already; planning the query's copy elsewhere
-    would make a second writer of the same topic.
+    That sink's output exists already; planning the dataflow's copy elsewhere
+    would make a second writer of the same topic. Raises
+    :class:`~manager.exceptions.SinkTopicTaken` when two such sinks reach one
+    submitted task through different running instances of it (one planned
+    privately for bandwidth): a task of a dataflow runs as one instance, so
+    both sinks cannot be reused, and neither can be planned again.
     """
-    by_id = {item.id: item for item in query}
     forced: dict[str, str] = {}
+    via: dict[str, str] = {}
 
-    def force(task_id: str, running: str) -> None:
+    def force(task_id: str, running: str, sink: str) -> None:
         if task_id in forced:
+            if forced[task_id] != running:
+                raise SinkTopicTaken(
+                    f"sinks {via[task_id]!r} and {sink!r} write topics that running sinks already write, which read "
+                    f"task {task_id!r} through different running instances of it ({forced[task_id]!r} and {running!r}, "
+                    f"one planned apart for bandwidth); a task of a dataflow runs as one instance, so both cannot be "
+                    f"reused: submit the two sinks in separate dataflows, duplicate {task_id!r} in this one, or give "
+                    f"one of them a topic of its own",
+                    culprit={"task": sink, "field": "config.topic"},
+                )
             return
-        forced[task_id] = running
-        spec = state.tasks[running]
-        for port, parent in by_id[task_id].inputs:
-            wanted = by_id[parent].signature
-            match = next((rid for rport, rid in spec.inputs if rport == port and state.tasks[rid].signature == wanted), None)
-            if match is not None:
-                force(parent, match)
+        forced[task_id], via[task_id] = running, sink
+        unclaimed = list(state.tasks[running].inputs)
+        for port, parent in parents_of.get(task_id, ()):
+            matches = [item for item in unclaimed
+                       if item[0] == port and state.tasks[item[1]].signature == flow.signatures[parent]]
+            if matches:  # a parent already forced keeps its instance where the running task reads it
+                match = next((item for item in matches if item[1] == forced.get(parent)), matches[0])
+                unclaimed.remove(match)
+                force(parent, match[1], sink)
 
-    for item in query:
-        healthy = state.instances.get(item.signature, set()) - state.quarantined
-        if item.type == "sink" and healthy:
-            force(item.id, min(healthy))
+    for task_id in flow.order:
+        healthy = state.instances.get(flow.signatures[task_id], set()) - state.quarantined
+        if flow.tasks[task_id].type == "sink" and healthy:
+            force(task_id, min(healthy), task_id)
     return forced

@@ -66,10 +66,17 @@ def in_candidates(task: QueryTask, ctx: PlanContext) -> tuple[InCandidate, ...]:
 
 
 def find_opportunities(task: QueryTask, ctx: PlanContext) -> Opportunities:
-    """IN-OP and IN opportunities of ``task`` under the planning options (nothing the options forbid)."""
+    """IN-OP and IN opportunities of ``task`` under the planning options (nothing the options forbid).
+
+    A plan that shares nothing running (:meth:`~planning.model.PlanningOptions.private`) still offers
+    the equivalents of a task whose inputs it all reuses: those are running tasks forced on it (the
+    chain of a running sink it equals), and a copy reading the very same streams would gain nothing.
+    """
     inop: tuple[RunningTask, ...] = ()
     compared = False
     if ctx.options.share_inop:
         inop, compared = inop_candidates(task, ctx)
+    else:
+        inop, _ = inop_candidates(task, ctx)
     in_sites = in_candidates(task, ctx) if ctx.options.share_in else ()
     return Opportunities(task.id, inop, in_sites, compared)

@@ -9,13 +9,13 @@ import time
 import pytest
 
 import manager.replacement as replacement
-from manager.exceptions import DeployFailed
+from manager.exceptions import DeployFailed, SinkTopicTaken
 from manager.service import Manager, task_wan_fields
 from manager.store import StaleState
 from runtime.exceptions import RuntimeFailure
 from runtime.dryrun import DryRunRuntime
 from scheduler.exceptions import PlacementImpossible
-from tests.fixtures.dataflows import chain, source, task
+from tests.fixtures.dataflows import chain, source, stream, task
 from tests.manager.wan_invariants import check_wan_state
 from wan.exceptions import WanConfigInvalid, WanNotConfigured, WanSiteUnknown
 
@@ -518,3 +518,87 @@ def test_a_task_whose_input_has_no_site_does_not_break_the_weighing(manager):
     assert any(manager.state.tasks[task_id].site is None for task_id in manager.state.tasks), "a task without a site"
     later = manager.submit(hot("c", "H2", "later"))
     assert later.sites["out"] == "H2"
+
+
+# Grid (4 Mbps) at asia, urban (10 Mbps) at us; the compute sites joined by 2 Mbps links.
+APART = {
+    "sites": [{"name": "eu", "compute": False}, "us", "asia", "sa"],
+    "links": [{"from": "eu", "to": site, "bandwidth_mbps": 200, "latency_ms": 5} for site in ("us", "asia", "sa")]
+    + [{"from": a, "to": b, "bandwidth_mbps": 2, "latency_ms": 5} for a, b in (("us", "asia"), ("us", "sa"), ("asia", "sa"))],
+    "sources": {"urban": {"site": "us", "rate_mbps": 10}, "grid": {"site": "asia", "rate_mbps": 4}},
+}
+COUNT = {"keys": ["sensor"], "time_column": "ts", "window": "10 seconds", "watermark": "5 seconds",
+         "aggregates": {"n": "count(*)"}}
+
+
+def _sink(task_id: str, topic: str, site: str | None = None) -> dict:
+    made = task(task_id, "sink", topic=topic)
+    if site:
+        made["site"] = site
+    return made
+
+
+def _apart(manager) -> dict[str, dict]:
+    """Grid's reader runs twice at asia: once shared (under a window), once private to a dataflow that also ships
+    urban to sa over a thin link (sharing urban's reader with it would hold the other back: planned apart)."""
+    private = {"name": "private", "tasks": [source("g", "grid"), source("u", "urban"), _sink("raw", "grid-raw"),
+                                            _sink("far", "urban-far", "sa")],
+               "streams": [stream("g", "raw"), stream("u", "far")]}
+    shared = {"name": "shared", "tasks": [source("g", "grid"), task("w", "window_aggregate", **COUNT),
+                                          _sink("out", "grid-counts"), source("u", "urban"), _sink("near", "urban-near")],
+              "streams": [stream("g", "w"), stream("w", "out"), stream("u", "near")]}
+    manager.set_wan(APART)
+    submitted = {manager.submit(document).id: document for document in (shared, private)}
+    readers = sorted(t for t, spec in manager.state.tasks.items() if spec.type == "source" and spec.site == "asia")
+    assert len(readers) == 2, readers
+    return submitted
+
+
+def test_one_task_two_reused_sinks_reach_through_different_instances_is_refused(manager):
+    submitted = _apart(manager)
+    both = {"name": "both", "tasks": [source("g", "grid"), task("w", "window_aggregate", **COUNT),
+                                      _sink("out", "grid-counts"), _sink("raw", "grid-raw")],
+            "streams": [stream("g", "w"), stream("w", "out"), stream("g", "raw")]}
+    before = copy.deepcopy(manager.state.tasks)
+    with pytest.raises(SinkTopicTaken) as refused:
+        manager.submit(both)
+    assert refused.value.culprit == {"task": "raw", "field": "config.topic"} or \
+        refused.value.culprit == {"task": "out", "field": "config.topic"}
+    assert "'g'" in str(refused.value) and "separate dataflows" in str(refused.value)
+    assert manager.state.tasks == before and set(manager.state.dataflows) == set(submitted)
+    check_wan_state(manager.state, submitted)
+
+
+def test_equal_tasks_forced_onto_different_instances_keep_a_vertex_each(manager):
+    """The same dataflow with grid read twice: each sink reuses the chain writing its topic, and each copy of the
+    reader maps onto the instance that chain reads (de-duplicated, they could serve only one)."""
+    submitted = _apart(manager)
+    twice = {"name": "twice", "tasks": [source("g", "grid"), source("g2", "grid"),
+                                        task("w", "window_aggregate", **COUNT), _sink("out", "grid-counts"),
+                                        _sink("raw", "grid-raw")],
+             "streams": [stream("g", "w"), stream("w", "out"), stream("g2", "raw")]}
+    result = manager.submit(twice)
+    submitted[result.id] = twice
+    check_wan_state(manager.state, submitted)
+    record = manager.state.dataflows[result.id].tasks
+    assert record["g"] != record["g2"] and not result.created
+
+
+def test_a_private_plan_shares_what_reads_only_the_chain_a_running_sink_forces_on_it(manager):
+    """Urban's reader is held back by a thin link, so each later dataflow reading urban is planned apart; its
+    taxi reader is the running one (its raw sink equals a running sink), and the filter over that reader is the
+    running filter too: a private copy reading the same stream at the same site would gain nothing."""
+    manager.set_wan({**APART, "sources": {**APART["sources"], "taxi": {"site": "eu", "rate_mbps": 20}}})
+
+    def apart(name: str) -> dict:
+        return {"name": name, "tasks": [source("t", "taxi"), _sink("raw", "taxi-raw"),
+                                        task("f", "filter", expr="temp > 10"), _sink("hot", f"{name}-hot"),
+                                        source("u", "urban"), _sink("near", f"{name}-urban")],
+                "streams": [stream("t", "raw"), stream("t", "f"), stream("f", "hot"), stream("u", "near")]}
+
+    submitted = {}
+    for document in (chain(source("u", "urban"), _sink("k", "far", "asia"), name="far"), apart("b"), apart("c")):
+        submitted[manager.submit(document).id] = document
+    check_wan_state(manager.state, submitted)
+    b, c = (manager.state.dataflows[dataflow_id].tasks for dataflow_id in sorted(submitted)[1:])
+    assert b["u"] != c["u"] and b["f"] == c["f"]  # planned apart, yet one filter over the one taxi reader

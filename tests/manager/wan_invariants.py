@@ -7,6 +7,7 @@ import math
 import networkx as nx
 
 from manager.state import RunningSet, State
+from manager.validate import parse_dataflow
 from optimizer.contention import Contention
 from planning.model import QueryPlan
 from tests.fixtures.invariants import runs_as
@@ -100,3 +101,23 @@ def check_wan_state(state: State, submitted: dict[str, dict]) -> None:
             expected = Contention(running, monitor, router=True).delivered((), QueryPlan({}), scale)
             assert math.isclose(Contention((), monitor, True, index).delivered((), QueryPlan({}), scale), expected,
                                 rel_tol=1e-9, abs_tol=1e-7)
+
+
+def reaches_apart(state: State, document: dict) -> bool:
+    """Whether two sinks of ``document`` that equal running sinks reach one of its tasks through different running
+    instances of it (each sink climbed along the running chain that writes its topic): then no single instance of
+    that task can serve both, and the submit is refused."""
+    flow = parse_dataflow(document)
+    reached: dict[str, set[str]] = {}
+
+    def climb(task_id: str, running: str) -> None:
+        reached.setdefault(task_id, set()).add(running)
+        for stream in flow.inputs(task_id):
+            for port, parent in state.tasks[running].inputs:
+                if port == stream.port and state.tasks[parent].signature == flow.signatures[stream.src]:
+                    climb(stream.src, parent)
+
+    for sink in flow.sinks:
+        for running in state.instances.get(flow.signatures[sink], set()) - state.quarantined:
+            climb(sink, running)
+    return any(len(instances) > 1 for instances in reached.values())
