@@ -12,9 +12,14 @@ Layout (``p`` is the prefix):
 - ``p:wan_notes``   hash: running task id -> JSON list of the refused shares that made it start
 - ``p:lock``        the writer lock; ``p:pending`` the change being deployed
 
-Every change (or group of changes committed together) is one MULTI/EXEC
-transaction guarded by ``WATCH p:meta``, so a crash leaves the old state or the
-new one, and a writer that lost its lock cannot overwrite a newer state.
+Every change (or group of changes committed together) is one atomic write: a
+script that checks the version the change was planned against (and that its
+writer still holds the lock) and then runs the change's writes, so a crash
+leaves the old state or the new one, and a writer that lost its lock cannot
+overwrite a newer state. One round trip: the writes are recorded off a
+pipeline and handed to the script. A change too large for one script call
+(a whole state written back) commits as a MULTI/EXEC transaction guarded by
+``WATCH p:meta`` instead, with the same checks.
 """
 
 from __future__ import annotations
@@ -56,6 +61,41 @@ _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
 return 0
 """
+# Take the lock and read the version at once (the version a writer syncs with before planning).
+_ACQUIRE = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('hget', KEYS[2], 'version')}
+end
+return {0}
+"""
+# KEYS: meta, pending, lock. ARGV: the expected version ('*': any, none stored counts as 0), the lock token ('' when the
+# writer holds none), then each write as its argument count followed by its arguments. Returns the new
+# version, or {err} naming why nothing was written.
+_COMMIT = """
+local current = redis.call('hget', KEYS[1], 'version')
+if ARGV[1] ~= '*' and tonumber(current or '0') ~= tonumber(ARGV[1]) then
+  return {0, 'state version is ' .. (current or 'None') .. ', planned against ' .. ARGV[1]}
+end
+if ARGV[2] ~= '' and redis.call('get', KEYS[3]) ~= ARGV[2] then
+  return {0, 'the writer lock is no longer ours'}
+end
+local i = 3
+while i <= #ARGV do
+  local count = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + count))
+  i = i + count + 1
+end
+local version = redis.call('hincrby', KEYS[1], 'version', 1)
+redis.call('del', KEYS[2])
+return {1, version}
+"""
+# A script call passes its writes as arguments: Lua's unpack takes under 8,000 of them per command, and a
+# call this size stays well under what a client sends in one write.
+SCRIPT_MAX_COMMAND_ARGS = 7_000
+SCRIPT_MAX_ARGS = 200_000
+
+
+_UNREAD = object()
 
 
 class StaleState(Exception):
@@ -80,6 +120,10 @@ class Store:
         self.pending = f"{prefix}:pending"
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
+        self._acquire = client.register_script(_ACQUIRE)
+        self._commit_script = client.register_script(_COMMIT)
+        self._token: str | None = None   # the lock token while this store holds the lock
+        self._version_at_lock: int | None | object = _UNREAD   # read with the lock, until read or committed past
         self._lease = _LeaseKeeper(self._renew_lock)
 
     def dataflow_count(self) -> int:
@@ -94,15 +138,17 @@ class Store:
         token = uuid.uuid4().hex
         deadline = time.monotonic() + wait_s
         delay = 0.002
-        while not self.redis.set(self.lock_key, token, nx=True, px=LOCK_TTL_MS):
+        while not (taken := self._acquire(keys=[self.lock_key, self.meta], args=[token, LOCK_TTL_MS]))[0]:
             if time.monotonic() > deadline:
                 raise StateBusy(f"another manager has held {self.lock_key!r} for over {wait_s:.0f} s")
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
         self._lease.hold(token)
+        self._token, self._version_at_lock = token, None if taken[1] is None else int(taken[1])
         try:
             yield
         finally:
+            self._token, self._version_at_lock = None, _UNREAD
             self._lease.drop(token)
             self._release(keys=[self.lock_key], args=[token])
 
@@ -120,7 +166,12 @@ class Store:
     # -- reading -----------------------------------------------------------------
 
     def version(self) -> int | None:
-        """The committed version, or None when Redis holds no state under the prefix."""
+        """The committed version, or None when Redis holds no state under the prefix.
+
+        Right after the lock is taken, the version read with it (no writer but the holder commits meanwhile)."""
+        if self._version_at_lock is not _UNREAD:
+            version, self._version_at_lock = self._version_at_lock, _UNREAD
+            return version  # type: ignore[return-value]
         value = self.redis.hget(self.meta, "version")
         return None if value is None else int(value)
 
@@ -331,13 +382,38 @@ class Store:
         return self._commit(state.version, write)
 
     def _commit(self, expected: int | None, write, expect_missing: bool = False) -> int:
+        """Run ``write`` and bump the version, if the stored version is ``expected`` (any with ``expect_missing``)
+        and this store still holds the lock it took; else raise :class:`StaleState`, nothing written."""
+        recorder = self.redis.pipeline(transaction=False)
+        write(recorder)
+        commands = [args for args, _ in recorder.command_stack]
+        recorder.reset()
+        if max(map(len, commands), default=0) > SCRIPT_MAX_COMMAND_ARGS or \
+                sum(map(len, commands)) + len(commands) > SCRIPT_MAX_ARGS:
+            return self._commit_watched(expected, write, expect_missing)
+        version = "*" if expect_missing else str(expected or 0)
+        arguments: list[Any] = [version, self._token or ""]
+        for command in commands:
+            arguments.append(len(command))
+            arguments.extend(command)
+        self._version_at_lock = _UNREAD
+        done = self._commit_script(keys=[self.meta, self.pending, self.lock_key], args=arguments)
+        if not done[0]:
+            raise StaleState(done[1].decode() if isinstance(done[1], bytes) else str(done[1]))
+        return int(done[1])
+
+    def _commit_watched(self, expected: int | None, write, expect_missing: bool) -> int:
+        """:meth:`_commit` as a MULTI/EXEC transaction guarded by WATCH, for writes too large for one script call."""
+        self._version_at_lock = _UNREAD
         with self.redis.pipeline(transaction=True) as pipe:
             try:
-                pipe.watch(self.meta)
+                pipe.watch(self.meta, self.lock_key)
                 current = pipe.hget(self.meta, "version")
                 current_version = None if current is None else int(current)
                 if not expect_missing and (current_version or 0) != (expected or 0):
-                    raise StaleState(f"state version is {current_version}, planned against {expected}")
+                    raise StaleState(f"state version is {current_version}, planned against {expected or 0}")
+                if self._token is not None and pipe.get(self.lock_key) not in (self._token, self._token.encode()):
+                    raise StaleState("the writer lock is no longer ours")
                 pipe.multi()
                 write(pipe)
                 pipe.hincrby(self.meta, "version", 1)

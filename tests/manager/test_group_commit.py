@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+import redis
 
 from manager.exceptions import DataflowDuplicate, DeployFailed
 from manager.service import Manager, RemoveResult, SubmitResult
@@ -21,6 +22,7 @@ from manager.store import Store
 from runtime.dryrun import DryRunRuntime
 from runtime.exceptions import RuntimeFailure
 from tests.fixtures.dataflows import chain, source, task, urban_etl
+from tests.conftest import REDIS_URL
 from tests.fixtures.invariants import check_state
 
 pytestmark = pytest.mark.redis
@@ -224,3 +226,34 @@ def test_a_process_that_dies_in_a_groups_commit_undoes_its_submits_and_completes
     check_state(restarted.state, {kept.id: urban_etl("alerts-kept", threshold=10), answers["a"].id: urban_etl("alerts-a", threshold=20)})
     assert set(restarted.runtime.deployed()) == set(restarted.state.tasks)
     assert Store(redis_client, state_prefix).read_pending() is None
+
+
+class _CountingConnection(redis.Connection):
+    """A Redis connection that counts the requests it sends (one per round trip; a pipeline is one)."""
+
+    sent = 0
+
+    def send_packed_command(self, command, check_health=True):
+        _CountingConnection.sent += 1
+        super().send_packed_command(command, check_health)
+
+
+def test_a_change_costs_four_round_trips_to_redis_besides_the_runtimes(state_prefix):
+    """Lock taken with the version read, the pending marker, the commit (version and lock checked, writes, version
+    bumped: one script call), the lock released; the dry run's apply adds its log's one. Checked, not timed."""
+    client = redis.Redis.from_url(REDIS_URL, connection_class=_CountingConnection)
+    try:
+        manager = Manager(client, state_prefix, DryRunRuntime(client, state_prefix))
+        manager.start()
+        manager.submit(urban_etl("alerts-a", name="warm"))
+        before = _CountingConnection.sent
+        submitted = manager.submit(urban_etl("alerts-b", threshold=31, name="probe"))
+        submit_trips = _CountingConnection.sent - before
+        before = _CountingConnection.sent
+        manager.remove(submitted.id)
+        remove_trips = _CountingConnection.sent - before
+        assert (submit_trips, remove_trips) == (5, 5)
+        check_state(manager.state, {manager.state.dataflows["df-1"].id: urban_etl("alerts-a", name="warm")})
+        manager.close()
+    finally:
+        client.close()

@@ -267,3 +267,37 @@ def test_a_lock_is_released_only_after_a_renewal_in_flight_ends(monkeypatch):
     assert in_flight.wait(5)
     keeper.drop("a")
     assert renewed[:1] == ["a"]
+
+
+@pytest.mark.parametrize("path", ["script", "watched"])
+def test_a_writer_that_lost_its_lock_commits_nothing_even_at_the_version_it_planned_on(redis_client, state_prefix,
+                                                                                        monkeypatch, path):
+    """A commit checks the version and that its writer still holds the lock, in the one script call (or, for writes
+    too large for one, under WATCH): a writer whose lease lapsed and was taken over writes nothing."""
+    import manager.store as store_module
+    from manager.store import StaleState
+
+    if path == "watched":
+        monkeypatch.setattr(store_module, "SCRIPT_MAX_COMMAND_ARGS", 0)
+    manager = _manager(redis_client, state_prefix)
+    first = manager.submit(urban_etl("alerts-a", name="first"))
+    store = manager.ledger.store
+    version = store.version()
+
+    def write(pipe) -> None:
+        pipe.hset(f"{state_prefix}:meta", "next_dag", 999)
+
+    with store.lock():
+        assert store.version() == version  # read with the lock
+        redis_client.set(f"{state_prefix}:lock", "another writer")  # the lease lapsed; another writer took it
+        with pytest.raises(StaleState, match="lock is no longer ours"):
+            store._commit(version, write)
+        redis_client.delete(f"{state_prefix}:lock")
+    assert store.version() == version and redis_client.hget(f"{state_prefix}:meta", "next_dag") != b"999"
+    with store.lock():
+        with pytest.raises(StaleState, match=f"state version is {version}, planned against {version - 1}"):
+            store._commit(version - 1, write)
+        assert store._commit(version, write) == version + 1
+    assert redis_client.hget(f"{state_prefix}:meta", "next_dag") == b"999"
+    manager.remove(first.id)  # the manager reads the state again (its version moved) and goes on
+    check_state(manager.state, {})
