@@ -31,6 +31,7 @@ from api.services import Services, build_services
 from api.visibility import check_visible, cost_answer, removal_answer, submit_answer, visible_shares
 from manager.document import DataflowDocument
 from manager.service import Manager, task_wan_fields
+from manager.state import SubmittedDataflow
 from manager.validate import parse_dataflow
 from runtime.operators.limits import OperatorLimits
 from sana.auth import check_topics
@@ -90,11 +91,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     return request.app.state.services
 
 
-def get_manager(request: Request) -> Manager:
+async def get_manager(request: Request) -> Manager:
     return request.app.state.services.manager
 
 
@@ -180,10 +181,10 @@ def _routes(app: FastAPI) -> None:
     @app.delete("/dataflows/{dataflow_id}", response_model=schemas.RemoveResponse, responses=_ERRORS)
     def remove_dataflow(dataflow_id: str, manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
         """Remove a dataflow (its owner or an admin); returns once its unshared work has stopped."""
-        flow = manager.dataflow(dataflow_id)
-        check_visible(principal, flow.owner, dataflow_id)
-        removed = manager.remove(dataflow_id).to_dict()
-        return removal_answer(principal, removed, flow.running_ids(), flow.owner, manager.snapshot())
+        def visible(flow: SubmittedDataflow) -> None:
+            check_visible(principal, flow.owner, dataflow_id)
+
+        return removal_answer(principal, manager.remove(dataflow_id, check=visible))
 
     @app.get("/running", response_model=schemas.RunningOut, response_model_by_alias=True, responses=_ERRORS)
     def running(manager: ManagerDep, admin: AdminDep) -> dict[str, Any]:

@@ -14,9 +14,10 @@ from sana.auth import Principal
 from sana.exceptions import Forbidden
 
 
-def get_principal(request: Request) -> Principal:
+async def get_principal(request: Request) -> Principal:
     """Who calls: the principal of the bearer token (single-user mode: the admin ``local``); spends one
-    request of their budget (api/ratelimit.py)."""
+    request of their budget (api/ratelimit.py). A coroutine, as the dependencies below: both are lookups in
+    memory, and FastAPI would run a plain function on a worker thread, a thread hop per dependency per request."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     principal = request.app.state.services.principals.authenticate(token.strip() if scheme.lower() == "bearer" else None)
@@ -24,7 +25,7 @@ def get_principal(request: Request) -> Principal:
     return principal
 
 
-def require_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def require_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     if not principal.admin:
         raise Forbidden(f"{principal.name!r} is a user; this needs an admin (it shows or changes every owner's work)")
     return principal

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from manager.exceptions import DataflowNotFound
-from manager.service import SubmitResult
+from manager.results import RemoveResult, SubmitResult
 from manager.state import State, SubmittedDataflow
 from runtime.exceptions import TopicNotFound
 from sana.auth import Principal
@@ -86,16 +86,13 @@ def visible_shares(principal: Principal, flow: SubmittedDataflow, own: Iterable[
     return [share for share in flow.shares() if share["reads"] in theirs]
 
 
-def removal_answer(principal: Principal, answer: dict[str, Any], removed_tasks: set[str], owner: str | None,
-                   state: State) -> dict[str, Any]:
-    """The answer of a removal as ``principal`` may see it: ``terminated`` from their point of view.
-
-    ``removed_tasks`` are the running tasks the removed dataflow used; ``state`` is read after the removal.
-    """
+def removal_answer(principal: Principal, result: RemoveResult) -> dict[str, Any]:
+    """The answer of a removal as ``principal`` may see it: ``terminated`` from their point of view (the tasks
+    no dataflow of theirs uses now, whatever others' dataflows keep running)."""
+    answer = result.to_dict()
     if principal.admin:
         return answer
-    released = sorted(task for task in removed_tasks if not state.uses(owner, task))  # no dataflow of theirs uses it now
-    return {**answer, "terminated": released}
+    return {**answer, "terminated": result.released}
 
 
 def cost_answer(principal: Principal, cost: dict[str, Any]) -> dict[str, Any]:

@@ -66,8 +66,12 @@ class SubmitResult:
 
 @dataclass(frozen=True)
 class RemoveResult:
+    """What a removal stopped; ``released``: the running tasks the dataflow used that no other dataflow of its
+    owner uses after it (what its owner may be told stopped, when others' dataflows keep some running)."""
+
     id: str
     terminated: list[str]
+    released: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "terminated": self.terminated}

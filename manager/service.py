@@ -201,19 +201,24 @@ class Manager:
 
         return self.group.run(prepare)
 
-    def remove(self, dataflow_id: str) -> RemoveResult:
-        """Unmerge a dataflow; returns once its unshared work has stopped."""
+    def remove(self, dataflow_id: str, check: Callable[[SubmittedDataflow], None] | None = None) -> RemoveResult:
+        """Unmerge a dataflow; returns once its unshared work has stopped. ``check`` is called with the dataflow
+        in the state the removal is planned on, and refuses it by raising (the caller may not remove it)."""
         self._ensure_started()
         ledger = self.ledger
 
         def prepare(state: State) -> Prepared:
             if dataflow_id not in state.dataflows:
                 raise DataflowNotFound(f"no dataflow {dataflow_id!r}", culprit={"dataflow": dataflow_id})
+            flow = state.dataflows[dataflow_id]
+            if check is not None:
+                check(flow)
             plan = merge.plan_unmerge(state, dataflow_id)
 
             def apply(state: State) -> RemoveResult:
                 merge.apply_unmerge(state, plan)
-                return RemoveResult(id=dataflow_id, terminated=[spec.id for spec in plan.terminated])
+                released = sorted(task for task in flow.running_ids() if not state.uses(flow.owner, task))
+                return RemoveResult(id=dataflow_id, terminated=[spec.id for spec in plan.terminated], released=released)
 
             return Prepared("unmerge", dataflow_id, plan.change, ledger.store.unmerge_writes(plan), apply)
 
