@@ -199,8 +199,7 @@ def forced_by_running_sinks(state: State, flow: Dataflow, parents_of: Mapping[st
                     f"sinks {via[task_id]!r} and {sink!r} write topics that running sinks already write, which read "
                     f"task {task_id!r} through different running instances of it ({forced[task_id]!r} and {running!r}, "
                     f"one planned apart for bandwidth); a task of a dataflow runs as one instance, so both cannot be "
-                    f"reused: submit the two sinks in separate dataflows, duplicate {task_id!r} in this one, or give "
-                    f"one of them a topic of its own",
+                    f"reused: submit the two sinks in separate dataflows, or give one of them a topic of its own",
                     culprit={"task": sink, "field": "config.topic"},
                 )
             return

@@ -254,7 +254,7 @@ def parse_expression(text: str, *, aggregate: bool = False) -> exp.Expression:
     holds a regular expression or LIKE pattern that could backtrack
     catastrophically (or one taken from the row), or (for a row-level
     expression) an aggregate. What depends on the input's column types (a
-    string column becoming a timestamp) is checked by :func:`typed_expression`.
+    string column becoming a timestamp) is checked by :func:`expression_type`.
 
     >>> parse_expression("temp  >  30").sql("spark")
     'temp > 30'
@@ -340,8 +340,12 @@ def _infer_type(text: str, columns: tuple[tuple[str, str], ...]) -> str | None:
 
 
 @_guarded
-def typed_expression(text: str, schema: Schema, *, aggregate: bool = False) -> tuple[exp.Expression, str | None]:
-    """Parse, check columns and infer the type: the common path of the operators."""
-    tree = parse_expression(text, aggregate=aggregate)
+@_guarded
+def expression_type(text: str, schema: Schema, *, aggregate: bool = False) -> str | None:
+    """Parse, check columns and infer the type: the common path of the operators.
+
+    Reads the cached tree without copying it (nothing here changes it); :func:`parse_expression`
+    hands out a private copy to callers that keep one."""
+    tree = _checked(text, aggregate)
     check_columns(text, tree, schema)
-    return tree, infer_type(text, tree, schema)
+    return infer_type(text, tree, schema)

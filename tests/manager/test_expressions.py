@@ -10,7 +10,7 @@ import pytest
 from benchmarks.opmw import opmw_workload
 from benchmarks.riot import riot_workload
 from manager.validate import parse_dataflow
-from runtime.operators.sql import ALLOWED, AMPLIFYING, NONDETERMINISTIC, SqlProblem, parse_expression, typed_expression
+from runtime.operators.sql import ALLOWED, AMPLIFYING, NONDETERMINISTIC, SqlProblem, parse_expression, expression_type
 
 
 @pytest.mark.parametrize("text", [
@@ -85,7 +85,7 @@ def _refused(text: str, fragment: str, *, schema: dict[str, str] | None = SCHEMA
         if schema is None:
             parse_expression(text)
         else:
-            typed_expression(text, schema)
+            expression_type(text, schema)
     assert str(raised.value).startswith(repr(text) if len(text) <= 200 else repr(text[:200]) + "...")  # names the expression
 
 
@@ -181,9 +181,9 @@ def test_calls_reading_the_clock_or_the_session_are_refused(text, culprit):
     ("make_timestamp(2026, 1, 1, 0, 0, 0) < ts", "make_timestamp(2026, 1, 1, 0, 0, 0) < 'now'"),
 ])
 def test_text_compared_as_text_passes_where_text_becoming_a_date_or_timestamp_does_not(accepted, refused):
-    typed_expression(accepted, SCHEMA)
+    expression_type(accepted, SCHEMA)
     with pytest.raises(SqlProblem, match="clock"):
-        typed_expression(refused, SCHEMA)
+        expression_type(refused, SCHEMA)
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
@@ -317,10 +317,10 @@ def test_a_recursion_error_in_any_pass_becomes_a_problem_naming_the_expression()
     sys.setrecursionlimit(len(inspect.stack(0)) + 120)
     try:
         with pytest.raises(SqlProblem, match=re.escape(f"{text!r} nests too deeply to be parsed")):
-            typed_expression(text, SCHEMA)
+            expression_type(text, SCHEMA)
     finally:
         sys.setrecursionlimit(limit)
-    typed_expression(text, SCHEMA)
+    expression_type(text, SCHEMA)
 
 
 def test_every_allowed_kind_has_a_size_rule_and_a_clock_rule():

@@ -6,7 +6,7 @@ from pydantic import field_validator
 
 from runtime.operators.base import OperatorConfig, OperatorSpec, Port, field_problem, register
 from runtime.operators.fields import Identifier, SqlText
-from runtime.operators.sql import SqlProblem, typed_expression
+from runtime.operators.sql import SqlProblem, expression_type
 from runtime.operators.types import Schema
 
 
@@ -36,7 +36,7 @@ class UnionConfig(OperatorConfig):
 def _filter_schema(config: FilterConfig, inputs) -> Schema:
     (schema,) = inputs["in"]
     try:
-        _, type_name = typed_expression(config.expr, schema)
+        type_name = expression_type(config.expr, schema)
     except SqlProblem as problem:
         raise field_problem("expr", problem) from None
     if type_name is not None and type_name != "boolean":
@@ -49,7 +49,7 @@ def _select_schema(config: SelectConfig, inputs) -> Schema:
     output: Schema = {}
     for name, text in config.columns.items():
         try:
-            _, type_name = typed_expression(text, schema)
+            type_name = expression_type(text, schema)
         except SqlProblem as problem:
             raise field_problem(f"columns.{name}", problem) from None
         if type_name is None:
