@@ -140,7 +140,7 @@ def _routes(app: FastAPI) -> None:
     def list_dataflows(manager: ManagerDep, principal: PrincipalDep) -> dict[str, Any]:
         """Every submitted dataflow the caller may see (an admin: all; a user: their own), oldest first."""
         state = manager.snapshot()
-        flows = sorted((flow for flow in state.dataflows.values() if principal.admin or flow.owner == principal.name),
+        flows = sorted(list(state.dataflows.values()) if principal.admin else state.of_owner(principal.name),
                        key=lambda flow: (flow.submitted_at, flow.id))
         statuses = manager.statuses(flows, details=principal.admin)
         return {
@@ -161,8 +161,7 @@ def _routes(app: FastAPI) -> None:
         """
         flow = manager.dataflow(dataflow_id)
         check_visible(principal, flow.owner, dataflow_id)
-        theirs = [] if principal.admin else [other for other in manager.snapshot().dataflows.values()
-                                             if other.owner == flow.owner]
+        theirs = [] if principal.admin else manager.snapshot().of_owner(flow.owner)
         return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.document_tasks(),
                 "sinks": flow.sinks, "document": flow.document, "contained": visible_shares(principal, flow, theirs),
                 **manager.statuses([flow], details=principal.admin)[flow.id]}

@@ -49,8 +49,7 @@ def check_visible(principal: Principal, owner: str | None, dataflow_id: str) -> 
 
 def check_topic_visible(principal: Principal, topic: str, state: State) -> None:
     """Raise what a missing topic raises unless ``principal`` is an admin or one of their dataflows uses ``topic``."""
-    if principal.admin or any(flow.owner == principal.name and topic in dataflow_topics(flow)
-                              for flow in state.dataflows.values()):
+    if principal.admin or any(topic in dataflow_topics(flow) for flow in state.of_owner(principal.name)):
         return
     raise TopicNotFound(f"no topic {topic!r} among the topics {principal.name!r}'s dataflows read or write",
                         culprit={"topic": topic})

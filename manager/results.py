@@ -98,7 +98,7 @@ class Limits:
                                 culprit={"limit": "SANA_MAX_TASKS_PER_DATAFLOW"})
 
     def check_owner(self, state: State, owner: str | None) -> None:
-        owned = state.owned.get(owner, 0)
+        owned = len(state.owned.get(owner, ()))
         if owned >= self.dataflows_per_owner:
             raise LimitExceeded(f"owner {owner!r} has {owned} dataflows; at most {self.dataflows_per_owner} "
                                 "(SANA_MAX_DATAFLOWS_PER_OWNER): remove one first",

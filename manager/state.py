@@ -141,7 +141,7 @@ class State:
     - ``quarantined``: running tasks that failed at run time, and those reading
       them (runtime.quarantine): offered to no new dataflow, which gets tasks
       of its own instead. Set from the runtime before a plan; not stored;
-    - ``owned``: owner -> how many dataflows it has submitted; ``owner_users``:
+    - ``owned``: owner -> the ids of the dataflows it has submitted; ``owner_users``:
       running task id -> owner -> how many of its users that owner submitted
       (so limits and answers per owner cost a lookup, not a scan of every
       dataflow). Both follow :meth:`add_dataflow` and :meth:`drop_dataflow`;
@@ -168,7 +168,7 @@ class State:
     flow: FlowIndex = field(default_factory=FlowIndex)
     not_shared: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     quarantined: set[str] = field(default_factory=set)
-    owned: dict[str | None, int] = field(default_factory=dict)
+    owned: dict[str | None, set[str]] = field(default_factory=dict)
     owner_users: dict[str, dict[str | None, int]] = field(default_factory=dict)
     tally: Tally = field(default_factory=Tally)
     next_dataflow: int = 1
@@ -242,7 +242,7 @@ class State:
     def add_dataflow(self, flow: SubmittedDataflow) -> None:
         """Record a submitted dataflow as a user of its running tasks (which must be running)."""
         self.dataflows[flow.id] = flow
-        self.owned[flow.owner] = self.owned.get(flow.owner, 0) + 1
+        self.owned.setdefault(flow.owner, set()).add(flow.id)
         self.tally.count_dataflow(flow, +1)
         for task_id in flow.running_ids():
             users = self.users[task_id]
@@ -256,10 +256,9 @@ class State:
         """Forget a submitted dataflow and its uses of running tasks (the tasks stay)."""
         flow = self.dataflows.pop(dataflow_id)
         self.tally.count_dataflow(flow, -1)
-        left = self.owned[flow.owner] - 1
-        if left:
-            self.owned[flow.owner] = left
-        else:
+        mine = self.owned[flow.owner]
+        mine.discard(flow.id)
+        if not mine:
             del self.owned[flow.owner]
         for task_id in flow.running_ids():
             users = self.users[task_id]
@@ -276,6 +275,13 @@ class State:
                     if not owners:
                         del self.owner_users[task_id]
         return flow
+
+    def of_owner(self, owner: str | None) -> list[SubmittedDataflow]:
+        """The dataflows ``owner`` submitted, in no particular order: a lookup, not a scan of every dataflow.
+
+        Safe on a state another thread changes (a snapshot's readers): a dataflow gone meanwhile is left out."""
+        found = (self.dataflows.get(dataflow_id) for dataflow_id in list(self.owned.get(owner, ())))
+        return [flow for flow in found if flow is not None]
 
     def uses(self, owner: str | None, task_id: str) -> bool:
         """Whether a dataflow of ``owner`` uses running task ``task_id``."""
