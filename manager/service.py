@@ -217,7 +217,8 @@ class Manager:
 
             def apply(state: State) -> RemoveResult:
                 merge.apply_unmerge(state, plan)
-                released = sorted(task for task in flow.running_ids() if not state.uses(flow.owner, task))
+                used = flow.running_ids()
+                released = sorted(used - owned_among(state, flow.owner, used))
                 return RemoveResult(id=dataflow_id, terminated=[spec.id for spec in plan.terminated], released=released)
 
             return Prepared("unmerge", dataflow_id, plan.change, ledger.store.unmerge_writes(plan), apply)

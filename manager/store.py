@@ -390,7 +390,7 @@ class Store:
         recorder.reset()
         if max(map(len, commands), default=0) > SCRIPT_MAX_COMMAND_ARGS or \
                 sum(map(len, commands)) + len(commands) > SCRIPT_MAX_ARGS:
-            return self._commit_watched(expected, write, expect_missing)
+            return self._commit_watched(expected, commands, expect_missing)
         version = "*" if expect_missing else str(expected or 0)
         arguments: list[Any] = [version, self._token or ""]
         for command in commands:
@@ -402,8 +402,9 @@ class Store:
             raise StaleState(done[1].decode() if isinstance(done[1], bytes) else str(done[1]))
         return int(done[1])
 
-    def _commit_watched(self, expected: int | None, write, expect_missing: bool) -> int:
-        """:meth:`_commit` as a MULTI/EXEC transaction guarded by WATCH, for writes too large for one script call."""
+    def _commit_watched(self, expected: int | None, commands: list[tuple[Any, ...]], expect_missing: bool) -> int:
+        """:meth:`_commit` as a MULTI/EXEC transaction guarded by WATCH, for writes too large for one script call
+        (``commands``: the writes as recorded, replayed into the transaction)."""
         self._version_at_lock = _UNREAD
         with self.redis.pipeline(transaction=True) as pipe:
             try:
@@ -415,7 +416,8 @@ class Store:
                 if self._token is not None and pipe.get(self.lock_key) not in (self._token, self._token.encode()):
                     raise StaleState("the writer lock is no longer ours")
                 pipe.multi()
-                write(pipe)
+                for command in commands:
+                    pipe.execute_command(*command)
                 pipe.hincrby(self.meta, "version", 1)
                 pipe.delete(self.pending)
                 results = pipe.execute()
