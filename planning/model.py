@@ -119,6 +119,11 @@ class PlanningOptions:
 
 
 SANA = PlanningOptions()
+#: The policies a WAN configuration may name (``policy``): Sana, and two baselines to compare it with on a real
+#: runtime (``wan_sim.emulation``). NET shares nothing and places WAN-aware; Max-Share takes every share unchecked.
+NET = PlanningOptions(share_sources=False, share_inop=False, share_in=False, bandwidth_checks=False)
+MAX_SHARE = PlanningOptions(bandwidth_checks=False)
+SERVICE_POLICIES: dict[str, PlanningOptions] = {"sana": SANA, "net": NET, "max-share": MAX_SHARE}
 
 
 @dataclass(frozen=True)

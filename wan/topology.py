@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -94,6 +94,7 @@ class _WanDoc(BaseModel):
     selectivity: dict[str, float] = Field(default_factory=dict)
     default_source_mbps: float = Field(1.0, ge=0, allow_inf_nan=False)
     replacement: _ReplacementDoc | None = None
+    policy: Literal["sana", "net", "max-share"] = "sana"
 
 
 # -- the model (dataclasses inside) --------------------------------------------------
@@ -145,6 +146,9 @@ class WanConfig:
     #: ``check_every_s`` (None: never).
     replace_above: float | None = None
     check_every_s: float = 10.0
+    #: How queries are planned: ``sana`` (the product), or a baseline for comparisons on a real runtime:
+    #: ``net`` (no sharing, WAN-aware placement), ``max-share`` (every share, no bandwidth checks).
+    policy: str = "sana"
 
     @property
     def site_names(self) -> tuple[str, ...]:
@@ -215,6 +219,8 @@ class WanConfig:
             result["default_link"] = {"bandwidth_mbps": self.default_link[0], "latency_ms": self.default_link[1]}
         if self.replace_above is not None:
             result["replacement"] = {"utilization": self.replace_above, "check_every_s": self.check_every_s}
+        if self.policy != "sana":
+            result["policy"] = self.policy
         return result
 
 
@@ -292,6 +298,7 @@ def parse_wan_config(data: Mapping[str, Any] | str | bytes) -> WanConfig:
         default_source_mbps=float(doc.default_source_mbps),
         replace_above=None if doc.replacement is None else float(doc.replacement.utilization),
         check_every_s=10.0 if doc.replacement is None else float(doc.replacement.check_every_s),
+        policy=doc.policy,
     )
 
 

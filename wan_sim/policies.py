@@ -14,19 +14,17 @@
 
 from __future__ import annotations
 
-from planning.model import SANA, PlanningOptions
+from planning.model import MAX_SHARE, NET, SANA, PlanningOptions
 from wan_sim.exceptions import PolicyUnknown
-
-_NONE = PlanningOptions(share_sources=False, share_inop=False, share_in=False, bandwidth_checks=False)
 
 POLICIES: dict[str, PlanningOptions] = {
     "default": PlanningOptions(share_sources=False, share_inop=False, share_in=False, bandwidth_checks=False, wan_placement=False),
-    "net": _NONE,
+    "net": NET,
     "mqo": PlanningOptions(bandwidth_checks=False, wan_placement=False),
     "sana": SANA,
-    "no-share": _NONE,
+    "no-share": NET,
     "strict-share": PlanningOptions(share_in=False),
-    "max-share": PlanningOptions(bandwidth_checks=False),
+    "max-share": MAX_SHARE,
     "sana-printed": PlanningOptions(weigh_refusals=False),
 }
 

@@ -85,7 +85,7 @@ class FragmentQuery(Statement, Isolation):
                  max_records_per_batch: int = 0, producer: BatchProducer | None = None,
                  keyed_defaults: Mapping[str, Any] | None = None, batch_base: int = 0,
                  quarantine: Quarantine | None = None, sql_conf: Mapping[str, str] | None = None,
-                 origin_topics: Iterable[str] | None = None) -> None:
+                 origin_topics: Iterable[str] | None = None, routes: Mapping[str, str] | None = None) -> None:
         """``keyed_defaults``: keyword arguments of every keyed operator (``workers``, ``reshape``).
 
         ``quarantine`` holds the tasks that failed at run time (shared with the
@@ -95,6 +95,7 @@ class FragmentQuery(Statement, Isolation):
         every batch (the expression semantics, e.g. ``spark.sql.ansi.enabled``).
         ``origin_topics``: the inputs other queries write, whose replayed records
         are dropped (their origins are read from the headers); None: every input.
+        ``routes``: inputs read through another address than ``bootstrap`` (a link from another site).
 
         ``batch_base`` is added to Spark's batch ids wherever the query versions its state
         and names its output: a query that took over other queries' tasks (a defragmentation)
@@ -114,6 +115,7 @@ class FragmentQuery(Statement, Isolation):
         self.quarantine = quarantine if quarantine is not None else Quarantine(None, "")
         self.sql_conf = dict(sql_conf or {})
         self.origin_topics = None if origin_topics is None else sorted(origin_topics)
+        self.routes = dict(routes or {})
         self._cores = spark.sparkContext.defaultParallelism  # tasks that collect a batch's output (local mode)
         self.bound_file = checkpoint / "bound.json"
         self.plan = LivePlan(0)
@@ -156,6 +158,8 @@ class FragmentQuery(Statement, Isolation):
             reader = reader.option("max_records_per_batch", str(self.max_records_per_batch))
         if self.origin_topics is not None:
             reader = reader.option("origin_topics", json.dumps(self.origin_topics))
+        if self.routes:
+            reader = reader.option("routes", json.dumps(self.routes, sort_keys=True))
         writer = (
             reader.load().writeStream.queryName(self.id)
             .foreachBatch(self._batch)

@@ -19,7 +19,10 @@ creates the query, so a record produced after that is read);
 ``origin_topics``, JSON list of the topics whose records' replay origins
 (``writer|batch|seq|partition``, from the headers) are read, the other
 queries' outputs: reading headers is most of a record's cost, so other topics
-get a null origin (without the option every topic's are read).
+get a null origin (without the option every topic's are read); ``routes``,
+JSON ``{topic: address}``, the topics whose records are fetched through
+another address than ``bootstrap`` (a link from the site that writes them;
+end offsets are still asked of ``bootstrap``).
 
 Writing (batch, and streaming): rows ``(topic string, value string)`` are
 produced as they are, each with headers ``sana.writer``, ``sana.run`` and
@@ -261,6 +264,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         listed = options.get("origin_topics")
         self.origin_topics = None if listed is None else set(json.loads(listed))
         self.bound_file = options.get("bound_file") or None
+        self.routes: dict[str, str] = json.loads(options.get("routes") or "{}")
         self._probe = None
         self._latest: dict[str, dict[str, int]] | None = None
 
@@ -335,7 +339,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         return slices
 
     def read(self, partition: KafkaSlice) -> Iterator[pa.RecordBatch]:
-        return read_slice(self.bootstrap, partition)
+        return read_slice(self.routes.get(partition.topic, self.bootstrap), partition)
 
     def commit(self, end: dict) -> None:
         return None

@@ -65,9 +65,14 @@ class SparkRuntime:
                  *, trigger_s: float = 1.0, internal_partitions: int = 1, max_records_per_batch: int = 0,
                  executor_writes: bool | None = None, hosting: bool = True, warm: bool = True,
                  keyed_workers: int | None = None, reshape: ReshapeSettings | None = None,
-                 ansi_sql: bool = False) -> None:
+                 ansi_sql: bool = False, links: Mapping[tuple[str, str], str] | None = None) -> None:
         """``ansi_sql``: evaluate expressions in Spark's ANSI mode, where a bad cast, a division by zero or an
-        index out of range fails the task (which is then quarantined) instead of giving null (the default)."""
+        index out of range fails the task (which is then quarantined) instead of giving null (the default).
+
+        ``links`` maps a directed link ``(from site, to site)`` to the Kafka address a query at ``to`` reads the
+        streams of tasks at ``from`` through (a site's gateway; in the emulated WAN, the link's shaping proxy,
+        :mod:`wan_sim.emulation`). Reads within a site, reads over a link not listed, and every write use
+        ``bootstrap``."""
         self.redis = client
         self.prefix = prefix
         self.bootstrap = bootstrap
@@ -80,6 +85,8 @@ class SparkRuntime:
         # more on 2 cores). Any cluster master: the executors write, so no output row crosses the driver.
         self.executor_writes = (not _local_master(spark_master)) if executor_writes is None else executor_writes
         self.hosting = hosting
+        self.links = dict(links or {})
+        self._topic_sites: dict[str, str | None] = {}  # an internal topic -> the site of the task writing it
         # defaults of every keyed operator; a task's own config (workers, reshape) overrides them
         self.keyed_defaults = {"workers": keyed_workers, "reshape": reshape or ReshapeSettings()}
         self.sql_conf = {
@@ -384,6 +391,8 @@ class SparkRuntime:
         kept = {fragment: query for fragment, query in self.host.items() if fragment in staying}
         host = assign_hosts(desired, kept, query_sites, self.new_query_id, self.hosting and handing_over is None)
         plans = layouts(desired, host, self.prefix)
+        self._topic_sites.update((topic, desired[task_id].site) for plan in plans.values()
+                                 for task_id, topic in plan.outputs if task_id in desired)
         created_topics: list[str] = []
         started: list[FragmentQuery] = []
         new_records: list[str] = []
@@ -495,7 +504,22 @@ class SparkRuntime:
             None if self.executor_writes else BatchProducer(self.bootstrap), self.keyed_defaults,
             batch_base=int(record.get("batch_base", 0)), quarantine=self.quarantine, sql_conf=self.sql_conf,
             origin_topics=[topic for topic in record["inputs"] if topic.startswith(stream_topic_prefix(self.prefix))],
+            routes=self.routes(record),
         )
+
+    def routes(self, record: Mapping[str, Any]) -> dict[str, str]:
+        """The inputs of a query (its ``record``) written at another site, each with the address of the link it
+        is read over (``links``); an input not listed is read from ``bootstrap``."""
+        if not self.links:
+            return {}
+        here = record.get("site")
+        routes = {}
+        for topic in record["inputs"]:
+            there = self._topic_sites.get(topic)
+            address = self.links.get((there, here)) if there is not None and here is not None else None
+            if address is not None:
+                routes[topic] = address
+        return routes
 
     def _new_record(self, query_id: str, plan: QueryLayout, fresh_topics: set[str],
                     handing_over: HandOver | None = None) -> dict[str, Any]:

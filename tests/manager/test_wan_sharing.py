@@ -140,6 +140,29 @@ def test_a_refusal_that_would_press_the_wan_harder_is_overruled_and_reported(man
     check_wan_state(manager.state, {first.id: hot("a", "P", "one"), second.id: hot("b", "H2", "two")})
 
 
+def test_the_configured_policy_plans_as_net_or_max_share_for_comparisons(manager):
+    """``policy`` in the WAN configuration: NET gives each query its own reader and filter, Max-Share takes the
+    share Algorithm 1 refuses (the first test's WAN: P -> H2 cannot carry the 8 Mbps filter output)."""
+    manager.set_wan({**WAN, "policy": "net"})
+    assert manager.wan()["policy"] == "net"
+    first = manager.submit(hot("a", "P", "one"))
+    second = manager.submit(hot("b", "H2", "two"))
+    assert second.reused == [] and set(second.tasks.values()).isdisjoint(first.tasks.values())
+    assert second.sites == {"src": "src", "hot": "H2", "out": "H2"}
+    check_wan_state(manager.state, {first.id: hot("a", "P", "one"), second.id: hot("b", "H2", "two")})
+    manager.remove(first.id)
+    manager.remove(second.id)
+
+    manager.set_wan({**WAN, "policy": "max-share"})
+    first = manager.submit(hot("a", "P", "one"))
+    second = manager.submit(hot("b", "H2", "two"))
+    assert second.reused == ["src", "hot"] and second.not_shared == []
+    check_wan_state(manager.state, {first.id: hot("a", "P", "one"), second.id: hot("b", "H2", "two")})
+    with pytest.raises(WanConfigInvalid, match="policy"):
+        manager.set_wan({**WAN, "policy": "greedy"})
+    assert manager.wan()["policy"] == "max-share", "a refused configuration changes nothing"
+
+
 class MeasuringRuntime(DryRunRuntime):
     """The dry-run runtime with a cost window, as the Spark runtime measures it: bytes/s each task wrote."""
 
