@@ -3,11 +3,14 @@
 Internal topics (a stream between two Spark queries, a tap on a running
 task) are named from the producing task's signature and the runtime's
 namespace (the state prefix), so two managers on one cluster never collide
-and a name never depends on submission order.
+and a name never depends on submission order. With a WAN configuration a
+signature can run as several instances (a share refused for bandwidth, a
+private plan); each has a topic of its own (:func:`tap_topic`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
@@ -37,6 +40,24 @@ def stream_topic(namespace: str, signature: str) -> str:
     if len(name) > MAX_TOPIC:
         raise TopicProblem(f"topic name {name!r} is longer than {MAX_TOPIC} characters; use a shorter SANA_STATE_PREFIX")
     return name
+
+
+def tap_topic(namespace: str, task_id: str, signature: str) -> str:
+    """The internal topic carrying the output of running task ``task_id``.
+
+    The manager gives the first instance of a signature the id ``<type>-<hex prefix of the signature>`` and any
+    other instance another id (the site appended); the first writes :func:`stream_topic`, every other one a topic
+    named from its id too, so two instances never write into one topic.
+
+    >>> tap_topic("sana", "filter-" + "ab" * 8, "ab" * 32) == stream_topic("sana", "ab" * 32)
+    True
+    >>> tap_topic("sana", "filter-" + "ab" * 8 + "-west", "ab" * 32) == stream_topic("sana", "ab" * 32)
+    False
+    """
+    _, _, rest = task_id.partition("-")
+    if len(rest) >= 16 and signature.startswith(rest):
+        return stream_topic(namespace, signature)
+    return stream_topic(namespace, hashlib.sha256(f"{signature}|{task_id}".encode()).hexdigest())
 
 
 def stream_topic_prefix(namespace: str) -> str:

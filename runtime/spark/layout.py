@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from runtime.broker.topics import stream_topic
+from runtime.broker.topics import tap_topic
 from runtime.plan import TaskSpec
 
 
@@ -72,7 +72,10 @@ def assign_hosts(
     ``host`` maps fragments already running to their query, ``query_site`` a
     query to its site, ``new_query(fragment)`` makes a fresh query id.
     A fragment is hosted by a running query when it has no source task and
-    every stream into it comes from that one query at the same site.
+    every stream into it comes from that one query at the same site; or when
+    every stream into it comes from other sites and one query at its site
+    already reads them all: the streams then cross to the site once, whatever
+    the number of consumers there (the router of IN sharing).
     With ``hosting=False`` every new fragment gets a query of its own (the
     baseline the benchmarks compare with).
     """
@@ -81,6 +84,19 @@ def assign_hosts(
     for task in parents_first(tasks):
         members.setdefault(task.fragment, []).append(task)
     sites = dict(query_site)
+    reading: dict[str, set[str]] = {}  # query -> the tasks of queries at other sites it reads
+
+    def record_reads(fragment: str) -> None:
+        query = result[fragment]
+        for task in members[fragment]:
+            for _, parent in task.inputs:
+                upstream = result.get(tasks[parent].fragment)
+                if upstream is not None and upstream != query and sites.get(upstream) != sites.get(query):
+                    reading.setdefault(query, set()).add(parent)
+
+    for fragment in members:
+        if fragment in result:
+            record_reads(fragment)
     waiting = [fragment for fragment in members if fragment not in result]
     while waiting:
         progressed = False
@@ -93,17 +109,24 @@ def assign_hosts(
             site = members[fragment][0].site
             queries = {result[frag] for frag in parent_fragments}
             has_source = any(task.type == "source" for task in members[fragment])
+            remote = all(sites.get(query, site) != site for query in queries)
+            router = [query for query, read in sorted(reading.items())
+                      if sites.get(query) == site and parents <= read] if hosting and remote and parents else []
             if hosting and not has_source and len(queries) == 1 and sites.get(next(iter(queries)), site) == site:
                 result[fragment] = next(iter(queries))
+            elif not has_source and router:
+                result[fragment] = router[0]
             else:
                 result[fragment] = new_query(fragment)
                 sites[result[fragment]] = site
+            record_reads(fragment)
             waiting.remove(fragment)
             progressed = True
         if not progressed:  # fragments that read each other (through other sites): each its own query
             fragment = waiting.pop(0)
             result[fragment] = new_query(fragment)
             sites[result[fragment]] = members[fragment][0].site
+            record_reads(fragment)
     return {fragment: query for fragment, query in result.items() if fragment in members}
 
 
@@ -121,7 +144,7 @@ def layouts(tasks: Mapping[str, TaskSpec], host: Mapping[str, str], namespace: s
         for _, parent in task.inputs:
             layout.schemas[parent] = tasks[parent].schema
             if query_of[parent] != query_of[task.id]:
-                layout.reads[parent] = stream_topic(namespace, tasks[parent].signature)
+                layout.reads[parent] = tap_topic(namespace, parent, tasks[parent].signature)
                 tapped.add(parent)
     for task in parents_first(tasks):
         layout = result[query_of[task.id]]
@@ -129,7 +152,7 @@ def layouts(tasks: Mapping[str, TaskSpec], host: Mapping[str, str], namespace: s
             layout.outputs.append((task.id, task.config["topic"]))
             layout.sink_topics.add(task.config["topic"])
         elif task.id in tapped:
-            layout.outputs.append((task.id, stream_topic(namespace, task.signature)))
+            layout.outputs.append((task.id, tap_topic(namespace, task.id, task.signature)))
     return result
 
 
