@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from runtime.spark.kafka_source import _arrow, _in_range
+from runtime.spark.kafka_source import _arrow, _good
 
 SANA_HEADERS = [("sana.writer", b"q1"), ("sana.run", b"r9"), ("sana.batch", b"4"), ("sana.seq", b"17")]
 
@@ -57,16 +57,10 @@ def test_a_value_that_is_not_utf8_is_kept_with_replacement_characters_and_a_tomb
     assert batch.column("value").to_pylist() == ["ok", "\ufffd\ufffdbad"]
 
 
-def test_records_past_the_slice_end_are_left_for_the_next_batch():
-    records = [Record(offset, b"x") for offset in (5, 6, 7, 8)]
-    assert [record.offset() for record in _in_range(records, 7)] == [5, 6]
-    assert _in_range(records, 100) is records
-
-
 def test_a_transient_error_is_skipped_and_a_fatal_one_raises():
     transient = KafkaError(KafkaError._TRANSPORT, "broker went away", fatal=False, retriable=True)
     records = [Record(5, b"x"), Record(-1, None, error=transient), Record(6, b"y")]
-    assert [record.offset() for record in _in_range(records, 10)] == [5, 6]
+    assert [record.offset() for record in _good(records)] == [5, 6]
     fatal = KafkaError(KafkaError._FATAL, "fenced", fatal=True)
     with pytest.raises(KafkaException):
-        _in_range([Record(5, b"x"), Record(-1, None, error=fatal)], 10)
+        _good([Record(5, b"x"), Record(-1, None, error=fatal)])

@@ -1,0 +1,45 @@
+"""The source reader's slices on the real broker: what a consumer fetched past one slice serves the next slice
+(no new assignment, nothing fetched twice), and any other order still reads each slice exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runtime.spark import kafka_source
+from runtime.spark.kafka_source import KafkaSlice, read_slice
+from tests.fixtures.kafka_io import produce
+
+pytestmark = [pytest.mark.kafka]
+
+
+def ids(bootstrap: str, topic: str, start: int, end: int, partition: int = 0) -> list[int]:
+    batches = read_slice(bootstrap, KafkaSlice(topic, partition, start, end, origins=False))
+    return [json.loads(value)["i"] for batch in batches for value in batch.column("value").to_pylist()]
+
+
+def test_the_next_slice_continues_from_what_was_fetched_ahead(kafka_bootstrap, topic_factory):
+    topic = topic_factory("ahead")
+    produce(kafka_bootstrap, topic, ({"i": i} for i in range(300)))
+    assert ids(kafka_bootstrap, topic, 0, 100) == list(range(100))
+    ahead = kafka_source._AHEAD[kafka_bootstrap]
+    # the consumer stays assigned at offset 100; what it fetched past it waits in its queue for the next slice
+    assert (ahead.topic, ahead.partition, ahead.fetched_to, ahead.carry) == (topic, 0, 100, [])
+    assert ahead.continues(KafkaSlice(topic, 0, 100, 200)) and not ahead.continues(KafkaSlice(topic, 0, 50, 200))
+    assert ids(kafka_bootstrap, topic, 100, 180) == list(range(100, 180))
+    produce(kafka_bootstrap, topic, ({"i": i} for i in range(300, 350)))  # records written after the fetch ahead
+    assert ids(kafka_bootstrap, topic, 180, 350) == list(range(180, 350))
+
+
+def test_a_replayed_or_interleaved_slice_is_read_from_its_own_start(kafka_bootstrap, topic_factory):
+    first, second = topic_factory("first"), topic_factory("second", partitions=2)
+    produce(kafka_bootstrap, first, ({"i": i} for i in range(200)))
+    produce(kafka_bootstrap, second, ({"i": 1000 + i} for i in range(40)))
+    assert ids(kafka_bootstrap, first, 0, 120) == list(range(120))
+    assert ids(kafka_bootstrap, first, 60, 120) == list(range(60, 120)), "a replay starts before the carry"
+    assert ids(kafka_bootstrap, first, 120, 150) == list(range(120, 150))
+    other = ids(kafka_bootstrap, second, 0, 10, partition=0) + ids(kafka_bootstrap, second, 0, 10, partition=1)
+    assert len(other) == len(set(other)) == 20 and all(1000 <= i < 1040 for i in other)
+    assert ids(kafka_bootstrap, first, 150, 200) == list(range(150, 200)), "after another partition: reassigned"
+    assert ids(kafka_bootstrap, first, 190, 200) == list(range(190, 200)), "a slice already read, read again"
