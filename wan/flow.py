@@ -258,10 +258,13 @@ def solve(
     wan: WanConfig,
     router: bool = True,
     latency_model: LatencyModel = LatencyModel(),
+    decoupled: bool = False,
 ) -> FlowResult:
     """Steady state of placed tasks on ``wan``: throttles, link loads, per-query throughput and latency.
 
     Raises ``ValueError`` when a stream crosses between two sites without a link.
+    ``decoupled``: hops are buffered (Kafka topics, as Sana's runtime links them) instead of pushing back on the
+    sources: a congested crossing slows only what reads it (:func:`decoupled_rates`).
 
     >>> from wan.topology import parse_wan_config
     >>> wan = parse_wan_config({"sites": ["x", "y"], "links": [{"from": "x", "to": "y", "bandwidth_mbps": 10, "latency_ms": 20}]})
@@ -286,6 +289,8 @@ def solve(
         for source, rate in vectors[producer].items():
             target[source] = target.get(source, 0.0) + rate
     sources = [task_id for task_id, task in by_id.items() if not task.inputs]
+    if decoupled:
+        return _solve_decoupled(by_id, queries, wan, router, latency_model, vectors, capacities, streams)
     throttle = max_min_throttles(coefficients, capacities, sources)
     links = tuple(
         LinkFlow(src, dst, capacities[(src, dst)], sum(coefficients[(src, dst)].values()),
@@ -302,6 +307,105 @@ def solve(
         achieved = sum(task.rate_rps * throttle[task.id] for task in query_sources)
         results.append(QueryFlow(query.name, achieved, demand, _latency(query, by_id, wan, utilization, latency_model)))
     return FlowResult(throttle, links, tuple(results), task_rates)
+
+
+def decoupled_rates(tasks: Mapping[str, FlowTask], capacities: Mapping[tuple[str, str], float],
+                    router: bool = True, rounds: int = 60) -> tuple[dict[str, dict[str, float]], dict[tuple[str, str], float]]:
+    """Rates when every hop is buffered: sources send at full rate, and each crossing (a stream read at another
+    site) delivers the max-min fair fraction of what reaches it that its link allows.
+
+    Returns each task's output split by source (Mbps, as :func:`source_vectors` at full rate) and each crossing's
+    fraction, keyed ``(producer, destination site)``. A crossing's offered load depends on the crossings before
+    it, so progressive filling over the crossings is repeated until the fractions settle.
+
+    >>> tasks = {"s": FlowTask("s", "x", demand_mbps=10), "a": FlowTask("a", "y", ("s",)), "b": FlowTask("b", "x", ("s",)),
+    ...          "c": FlowTask("c", "z", ("b",))}
+    >>> rates, fractions = decoupled_rates(tasks, {("x", "y"): 5.0, ("x", "z"): 100.0})
+    >>> fractions[("s", "y")], rates["a"]["s"], rates["c"]["s"]   # the slow reader lags; the other one does not
+    (0.5, 5.0, 10.0)
+    """
+    order = [task for task in _parents_first(tasks)]
+    fraction: dict[tuple[str, str], float] = {}
+    for task in order:
+        for parent in task.inputs:
+            if tasks[parent].site != task.site:
+                fraction[(parent, task.site)] = 1.0
+    rates: dict[str, dict[str, float]] = {}
+    for _ in range(rounds):
+        rates = {}
+        for task in order:
+            if not task.inputs:
+                rates[task.id] = {task.id: task.demand_mbps}
+                continue
+            total: dict[str, float] = {}
+            for parent in task.inputs:
+                share = fraction.get((parent, task.site), 1.0) if tasks[parent].site != task.site else 1.0
+                for source, rate in rates[parent].items():
+                    total[source] = total.get(source, 0.0) + task.factor * rate * share
+            rates[task.id] = total
+        offered = {crossing: sum(rates[crossing[0]].values()) for crossing in fraction}
+        coefficients: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
+        for crossing, rate in offered.items():
+            link = (tasks[crossing[0]].site, crossing[1])
+            # without routers each consumer reads the stream over the link itself
+            readers = 1 if router else sum(1 for task in order if crossing[0] in task.inputs and task.site == crossing[1])
+            coefficients.setdefault(link, {})[crossing] = rate * readers
+        settled = max_min_throttles(coefficients, capacities, list(fraction))
+        if all(abs(settled[crossing] - fraction[crossing]) < 1e-9 for crossing in fraction):
+            break
+        fraction = settled
+    return rates, fraction
+
+
+def _parents_first(tasks: Mapping[str, FlowTask]) -> list[FlowTask]:
+    done: set[str] = set()
+    order: list[FlowTask] = []
+
+    def visit(task_id: str) -> None:
+        stack = [(task_id, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if current in done:
+                continue
+            if expanded:
+                done.add(current)
+                order.append(tasks[current])
+                continue
+            stack.append((current, True))
+            stack.extend((parent, False) for parent in tasks[current].inputs if parent not in done)
+
+    for task_id in tasks:
+        visit(task_id)
+    return order
+
+
+def _solve_decoupled(tasks: Mapping[str, FlowTask], queries: Sequence[FlowQuery], wan: WanConfig, router: bool,
+                     latency_model: LatencyModel, full: Mapping[str, Mapping[str, float]],
+                     capacities: Mapping[tuple[str, str], float], streams: Mapping[tuple[str, str], int]) -> FlowResult:
+    rates, fraction = decoupled_rates(tasks, capacities, router)
+    demand: dict[tuple[str, str], float] = {}
+    load: dict[tuple[str, str], float] = {}
+    for (producer, site), share in fraction.items():
+        link = (tasks[producer].site, site)
+        readers = 1 if router else sum(1 for task in tasks.values() if producer in task.inputs and task.site == site)
+        demand[link] = demand.get(link, 0.0) + sum(full[producer].values()) * readers
+        load[link] = load.get(link, 0.0) + sum(rates[producer].values()) * share * readers
+    links = tuple(LinkFlow(src, dst, capacities[(src, dst)], demand[(src, dst)], load[(src, dst)], streams[(src, dst)])
+                  for src, dst in sorted(demand))
+    utilization = {(link.src, link.dst): (link.utilization, link.capacity_mbps) for link in links}
+    results = []
+    for query in queries:
+        own = [tasks[task_id] for task_id in query.tasks]
+        query_sources = [task for task in own if not task.inputs]
+        demand_rps = sum(task.rate_rps for task in query_sources)
+        achieved = 0.0
+        for source in query_sources:
+            reached = [rates[sink].get(source.id, 0.0) / full[sink][source.id] for sink in query.sinks
+                       if full[sink].get(source.id, 0.0) > EPSILON]
+            achieved += source.rate_rps * (min(reached) if reached else 1.0)
+        results.append(QueryFlow(query.name, achieved, demand_rps, _latency(query, tasks, wan, utilization, latency_model)))
+    throttle = {task_id: 1.0 for task_id, task in tasks.items() if not task.inputs}
+    return FlowResult(throttle, links, tuple(results), {task_id: sum(rate.values()) for task_id, rate in rates.items()})
 
 
 def _latency(query: FlowQuery, tasks: Mapping[str, FlowTask], wan: WanConfig,

@@ -225,8 +225,12 @@ def to_query_tasks(query: SimQuery) -> list[QueryTask]:
     return [QueryTask(task.id, task.signature, task.type, task.inputs, task.rate_mbps, task.site) for task in query.tasks]
 
 
-def simulate(scenario: Scenario, policy: str | PlanningOptions) -> SimulationResult:
+def simulate(scenario: Scenario, policy: str | PlanningOptions, decoupled: bool = False) -> SimulationResult:
     """Place the scenario's queries under ``policy`` and solve the flow model epoch by epoch.
+
+    ``decoupled`` scores the placements with buffered hops (:func:`wan.flow.decoupled_rates`: a congested
+    crossing slows only its readers, as on Sana's Kafka-linked runtime) instead of the paper's backpressure; the
+    planning is the same.
 
     >>> from wan_sim.scenario import parse_scenario
     >>> scenario = parse_scenario({"wan": {"sites": ["x", "y"], "default_link": {"bandwidth_mbps": 10, "latency_ms": 5}},
@@ -265,12 +269,13 @@ def simulate(scenario: Scenario, policy: str | PlanningOptions) -> SimulationRes
                 plan(query)
         if not deployment.queries:
             continue
-        result = solve(deployment.flow, deployment.flow_queries(), config, options.router, scenario.latency)
+        result = solve(deployment.flow, deployment.flow_queries(), config, options.router, scenario.latency, decoupled)
         if time in checks:
             moved = replace_over_threshold(deployment, scenario, result, config.replace_above, plan)
             if moved is not None:
                 replacements.append({"at_s": time, **moved})
-                result = solve(deployment.flow, deployment.flow_queries(), config, options.router, scenario.latency)
+                result = solve(deployment.flow, deployment.flow_queries(), config, options.router, scenario.latency,
+                               decoupled)
         end = times[index + 1] if index + 1 < len(times) else scenario.duration_s
         epochs.append(Epoch(time, end, result))
     return SimulationResult(scenario.name, name, tuple(epochs), deployment, tuple(replacements))
