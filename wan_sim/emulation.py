@@ -15,7 +15,8 @@ responses to its own: every connection of a cross-site reader, and all its
 fetches, go through the link. Same-site reads and every write go to the
 broker directly.
 
-Shaping. Broker-to-client bytes (fetch responses: the data that crosses
+The proxies run in a process of their own (:class:`Emulator`). Shaping.
+Broker-to-client bytes (fetch responses: the data that crosses
 ``a -> b``) pass one token bucket per link, shared by every connection on
 it, so concurrent readers share the link's bandwidth as streams on one WAN
 link do; then they wait the link's one-way delay. Client-to-broker bytes
@@ -32,11 +33,14 @@ broker.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 log = logging.getLogger(__name__)
 
@@ -330,19 +334,15 @@ class LinkProxy:
         await writer.drain()
 
 
-class Emulator:
-    """The link proxies of one WAN, on an event loop of their own (a daemon thread).
-
-    ``links`` maps ``(from, to)`` to ``(bandwidth_mbps, delay_ms)``; :attr:`addresses` maps each to the address a
-    reader at ``to`` uses for streams produced at ``from`` (what ``SparkRuntime(links=...)`` takes).
-    """
+class _Proxies:
+    """The link proxies of one WAN on an event loop of their own (a thread of the emulator's process)."""
 
     def __init__(self, broker: str, links: Mapping[tuple[str, str], tuple[float | None, float]]) -> None:
         host, _, port = broker.rpartition(":")
         target = (host or "127.0.0.1", int(port))
         self.proxies = {link: LinkProxy(link, target, bandwidth, delay) for link, (bandwidth, delay) in links.items()}
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="sana-wan-emulator", daemon=True)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sana-wan-links", daemon=True)
         self._thread.start()
         self._call(self._start_all())
 
@@ -374,6 +374,56 @@ class Emulator:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
 
+
+def _serve(broker: str, links: dict[tuple[str, str], tuple[float | None, float]]) -> None:
+    """The emulator process: start the proxies, print their addresses (a JSON line), then answer ``stats`` lines
+    on stdin until ``close`` or the end of stdin (the parent went away)."""
+    proxies = _Proxies(broker, links)
+    print(json.dumps([[*link, address] for link, address in proxies.addresses.items()]), flush=True)
+    try:
+        for line in sys.stdin:
+            if line.strip() != "stats":
+                break
+            print(json.dumps([asdict(stats) for stats in proxies.stats()]), flush=True)
+    finally:
+        proxies.close()
+
+
+class Emulator:
+    """The link proxies of one WAN, in a process of their own (``python -m wan_sim.emulation``), so the shaping
+    keeps time whatever the caller's process is busy with (a Spark driver's Python, in the benchmark).
+
+    ``links`` maps ``(from, to)`` to ``(bandwidth_mbps, delay_ms)``; :attr:`addresses` maps each to the address a
+    reader at ``to`` uses for streams produced at ``from`` (what ``SparkRuntime(links=...)`` takes).
+    """
+
+    def __init__(self, broker: str, links: Mapping[tuple[str, str], tuple[float | None, float]]) -> None:
+        spec = json.dumps({"broker": broker, "links": [[a, b, bandwidth, delay] for (a, b), (bandwidth, delay) in links.items()]})
+        self._process = subprocess.Popen([sys.executable, "-m", "wan_sim.emulation", spec], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True)
+        line = self._process.stdout.readline()
+        if not line:
+            self._process.kill()
+            raise RuntimeError(f"the WAN emulator exited with {self._process.wait()} before it listened")
+        self.addresses: dict[tuple[str, str], str] = {(a, b): address for a, b, address in json.loads(line)}
+
+    def stats(self) -> list[LinkStats]:
+        self._process.stdin.write("stats\n")
+        self._process.stdin.flush()
+        rows = json.loads(self._process.stdout.readline())
+        return [LinkStats(**{**row, "link": tuple(row["link"])}) for row in rows]
+
+    def close(self) -> None:
+        try:
+            self._process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
     def __enter__(self) -> Emulator:
         return self
 
@@ -392,3 +442,8 @@ def wan_links(config, sites: Iterable[str] | None = None) -> dict[tuple[str, str
                 link = config.link(a, b)
                 links[(a, b)] = (link.bandwidth_mbps, link.latency_ms)
     return links
+
+
+if __name__ == "__main__":
+    _spec = json.loads(sys.argv[1])
+    _serve(_spec["broker"], {(a, b): (bandwidth, delay) for a, b, bandwidth, delay in _spec["links"]})
