@@ -97,6 +97,10 @@ class _WanDoc(BaseModel):
     policy: Literal["sana", "net", "max-share"] = "sana"
 
 
+#: The top-level fields of a WAN configuration document (the Helm chart's values schema lists the same).
+WAN_DOCUMENT_FIELDS: tuple[str, ...] = tuple(_WanDoc.model_fields)
+
+
 # -- the model (dataclasses inside) --------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import yaml
 
 from sana import __version__
 from tests.helm.chart_fixtures import (
+    CHART_DIR,
     KUBE_VERSION,
     NAMESPACE,
     RELEASE,
@@ -236,6 +237,14 @@ def test_wan_config_is_a_configmap_mounted_read_only_and_named_by_sana_wan_confi
         "items": [{"key": "wan.json", "path": os.path.basename(WAN_CONFIG_PATH)}],
     }
     assert rendered.manager_env()["SANA_WAN_CONFIG"] == {"name": "SANA_WAN_CONFIG", "value": WAN_CONFIG_PATH}
+
+
+def test_the_values_schema_takes_every_field_of_a_wan_configuration_and_no_other():
+    from wan.topology import WAN_DOCUMENT_FIELDS
+
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    wan_config = schema["properties"]["wan"]["properties"]["config"]
+    assert sorted(wan_config["propertyNames"]["enum"]) == sorted(WAN_DOCUMENT_FIELDS) == sorted(wan_config["properties"])
 
 
 def test_changing_the_wan_config_restarts_the_manager(render_chart):
