@@ -1,4 +1,5 @@
-"""The emulated WAN's link proxy: the broker addresses it rewrites, and its shaping arithmetic (pure logic)."""
+"""The emulated WAN's link proxy (the broker addresses it rewrites, its shaping arithmetic) and the flow model with
+buffered hops that the emulation called for (pure logic)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import struct
 
 import pytest
 
+from wan.flow import FlowQuery, FlowTask, solve
+from wan.topology import parse_wan_config
 from wan_sim.emulation import FIND_COORDINATOR, METADATA, Shaper, rewrite_response
 
 
@@ -91,3 +94,50 @@ def test_a_link_serializes_bytes_in_arrival_order_at_its_bandwidth():
     assert link.sent_bytes == 1_501_000 and link.busy_s == pytest.approx(1.501)
     unshaped = Shaper(bandwidth_mbps=None, delay_ms=5.0)
     assert unshaped.departure(10**9, now=3.0) == 3.0
+
+
+# -- the flow model with buffered hops (what the emulation showed the runtime does) ---------------------------------
+
+THREE = parse_wan_config({"sites": ["src", "east", "west"],
+                          "links": [{"from": "src", "to": "east", "bandwidth_mbps": 100, "latency_ms": 5},
+                                    {"from": "src", "to": "west", "bandwidth_mbps": 100, "latency_ms": 5},
+                                    {"from": "east", "to": "west", "bandwidth_mbps": 2, "latency_ms": 5}]})
+
+
+def shared_filter() -> tuple[list[FlowTask], list[FlowQuery]]:
+    """One filter at east shared by a query at east and one at west (across east -> west)."""
+    tasks = [FlowTask("s", "src", demand_mbps=10, rate_rps=1000), FlowTask("f", "east", ("s",), factor=0.4),
+             FlowTask("k1", "east", ("f",)), FlowTask("k2", "west", ("f",))]
+    return tasks, [FlowQuery("q1", ("s", "f", "k1"), ("k1",)), FlowQuery("q2", ("s", "f", "k2"), ("k2",))]
+
+
+def test_with_buffered_hops_a_slow_reader_lags_alone_where_backpressure_slows_every_query_sharing_the_source():
+    tasks, queries = shared_filter()
+    pushed = solve(tasks, queries, THREE)
+    buffered = solve(tasks, queries, THREE, decoupled=True)
+    # the filter's 4 Mbps over east -> west's 2: backpressure halves the source, so both queries get half ...
+    assert (pushed.query("q1").throughput_rps, pushed.query("q2").throughput_rps) == (500.0, 500.0)
+    # ... buffered, the source runs at full rate, q1 is whole and only the west reader lags
+    assert (buffered.query("q1").throughput_rps, buffered.query("q2").throughput_rps) == (1000.0, 500.0)
+    assert buffered.link("east", "west").load_mbps == pytest.approx(2.0)
+    assert buffered.link("src", "east").load_mbps == pytest.approx(10.0) == buffered.link("src", "east").demand_mbps
+
+
+def test_without_congestion_both_models_agree():
+    tasks, queries = shared_filter()
+    wide = parse_wan_config({**THREE.to_dict(), "links": [{**link, "bandwidth_mbps": 100} for link in THREE.to_dict()["links"]]})
+    pushed, buffered = solve(tasks, queries, wide), solve(tasks, queries, wide, decoupled=True)
+    assert [q.throughput_rps for q in pushed.queries] == [q.throughput_rps for q in buffered.queries] == [1000.0, 1000.0]
+    assert pushed.wan_mbps == pytest.approx(buffered.wan_mbps)
+
+
+def test_buffered_lag_compounds_along_a_chain_of_congested_hops():
+    """src -> east at 5 of 10 Mbps, then east -> west at 1 of the 2 that arrive (factor 0.4): a quarter at the end."""
+    wan = parse_wan_config({"sites": ["src", "east", "west"],
+                            "links": [{"from": "src", "to": "east", "bandwidth_mbps": 5, "latency_ms": 5},
+                                      {"from": "east", "to": "west", "bandwidth_mbps": 1, "latency_ms": 5}]})
+    tasks = [FlowTask("s", "src", demand_mbps=10, rate_rps=1000), FlowTask("f", "east", ("s",), factor=0.4),
+             FlowTask("k", "west", ("f",))]
+    result = solve(tasks, [FlowQuery("q", ("s", "f", "k"), ("k",))], wan, decoupled=True)
+    assert result.query("q").throughput_rps == pytest.approx(250.0)
+    assert result.link("src", "east").load_mbps == pytest.approx(5.0) and result.link("east", "west").load_mbps == pytest.approx(1.0)
