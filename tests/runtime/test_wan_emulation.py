@@ -42,3 +42,25 @@ def test_a_hop_between_two_sites_crosses_the_emulated_link_and_loses_nothing(man
         # direction carried no stream
         assert crossed[("edge", "core")].bytes_forward >= tap_bytes > 0
         assert crossed[("core", "edge")].bytes_forward == 0
+
+
+def test_two_instances_of_one_task_each_write_their_own_stream(manager_factory, kafka_bootstrap, topic_factory):
+    """NET plans each dataflow with its own source reader: two running instances of one signature, both read from
+    another site. Each sink holds exactly its dataflow's records (one shared topic gave each reader both copies)."""
+    urban = topic_factory("urban")
+    manager = manager_factory(trigger_s=0.5)
+    manager.set_wan({"sites": [{"name": "edge", "compute": False}, "east", "west"],
+                     "default_link": {"bandwidth_mbps": 100, "latency_ms": 5},
+                     "sources": {urban: {"site": "edge", "rate_mbps": 1}}, "policy": "net"})
+    results = {}
+    for site in ("east", "west"):
+        document = flow_a(urban, f"{urban}-{site}")
+        document["tasks"][3]["site"] = site
+        results[site] = manager.submit(document)
+    east, west = results["east"], results["west"]
+    assert west.reused == [] and east.tasks["src"] != west.tasks["src"]
+    assert manager.state.tasks[east.tasks["src"]].signature == manager.state.tasks[west.tasks["src"]].signature
+    records = urban_records(0, 300)
+    produce(kafka_bootstrap, urban, records)
+    for site in ("east", "west"):
+        wait_sink(manager, kafka_bootstrap, f"{urban}-{site}", expect_a(records))
