@@ -83,9 +83,23 @@ REMOTE_FETCH = {"fetch.max.bytes": 64 << 10, "max.partition.fetch.bytes": 64 << 
                 "queued.min.messages": 1, "queued.max.messages.kbytes": 64, "fetch.queue.backoff.ms": 5}
 
 
+# A consumer for a link's address unused this long is closed at the worker's next read (an address the runtime
+# no longer reads through would otherwise be reconnected to every second for the worker's life).
+REMOTE_IDLE_S = 120.0
+_REMOTE_USED: dict[str, float] = {}
+
+
 def _consumer(bootstrap: str, remote: bool = False):
     from runtime.broker import rdkafka
 
+    now = time.monotonic()
+    for address, used in list(_REMOTE_USED.items()):
+        if now - used > REMOTE_IDLE_S and address != bootstrap:
+            del _REMOTE_USED[address]
+            _AHEAD.pop(address, None)
+            _drop_client(_CONSUMERS, address)
+    if remote:
+        _REMOTE_USED[bootstrap] = now
     consumer = _CONSUMERS.get(bootstrap)
     if consumer is None:
         consumer = rdkafka.consumer(bootstrap, **(REMOTE_FETCH if remote else {}))

@@ -43,3 +43,15 @@ def test_a_replayed_or_interleaved_slice_is_read_from_its_own_start(kafka_bootst
     assert len(other) == len(set(other)) == 20 and all(1000 <= i < 1040 for i in other)
     assert ids(kafka_bootstrap, first, 150, 200) == list(range(150, 200)), "after another partition: reassigned"
     assert ids(kafka_bootstrap, first, 190, 200) == list(range(190, 200)), "a slice already read, read again"
+
+
+def test_a_link_consumer_left_unused_is_closed_at_the_next_read(kafka_bootstrap, topic_factory):
+    """An address the runtime stopped reading through (a link's proxy gone) is not reconnected to forever."""
+    gone = "127.0.0.1:9"  # nothing listens: librdkafka would retry it every second
+    topic = topic_factory("after")
+    produce(kafka_bootstrap, topic, ({"i": i} for i in range(5)))
+    kafka_source._consumer(gone, remote=True)
+    assert gone in kafka_source._CONSUMERS
+    kafka_source._REMOTE_USED[gone] -= kafka_source.REMOTE_IDLE_S + 1  # as if last used two minutes ago
+    assert ids(kafka_bootstrap, topic, 0, 5) == list(range(5))
+    assert gone not in kafka_source._CONSUMERS and gone not in kafka_source._REMOTE_USED
