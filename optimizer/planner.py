@@ -216,8 +216,9 @@ def standing(plan: QueryPlan, query: Sequence[QueryTask], running: Sequence[Runn
     """How good ``plan`` is on the WAN, lower is better. First what the sinks of the running set and of the
     query would receive with it (:func:`optimizer.contention.delivered_mbps`, negated), at today's rates and
     then at :data:`HEADROOM` times them (a plan that still delivers when traffic grows leaves room for the
-    queries to come); then the Mbps it adds to the WAN; then :func:`pressure`. Rounded, so that plans that
-    do the same compare equal.
+    queries to come); then the Mbps it adds to the WAN (what later queries will lack); then the query's
+    latency (:func:`path_latency_ms`: of plans delivering as much for the same bandwidth, the faster wins);
+    then :func:`pressure`. Rounded, so that plans that do the same compare equal.
 
     >>> from planning.model import Decision
     >>> from wan.topology import parse_wan_config
@@ -227,15 +228,49 @@ def standing(plan: QueryPlan, query: Sequence[QueryTask], running: Sequence[Runn
     ...          QueryTask("k", "sig-k", "sink", (("in", "s"),), rate_mbps=20.0, site="b"))
     >>> plan = QueryPlan({"s": Decision("s", "create", "a", "source"), "k": Decision("k", "create", "b", "pinned")},
     ...                  link_delta={("a", "b"): 20.0})
-    >>> standing(plan, query, (), monitor, router=True)   # all 20 Mbps arrive; of 40, 30
-    (-20.0, -30.0, 20.0, 0.666666667, 0.0)
+    >>> standing(plan, query, (), monitor, router=True)   # all 20 Mbps arrive; of 40, 30; over a 5 ms link
+    (-20.0, -30.0, 20.0, 5.0, 0.666666667, 0.0)
     """
     return _standing(plan, query, Contention(running, wan, router), wan)
 
 
 def _standing(plan: QueryPlan, query: Sequence[QueryTask], contention: Contention, wan: WanMonitor) -> tuple[float, ...]:
     delivered = (-round(contention.delivered(query, plan, scale), 6) for scale in (1.0, HEADROOM))
-    return (*delivered, round(sum(plan.link_delta.values()), 6), *pressure(plan, wan))
+    return (*delivered, round(sum(plan.link_delta.values()), 6), path_latency_ms(plan, query, wan), *pressure(plan, wan))
+
+
+def path_latency_ms(plan: QueryPlan, query: Sequence[QueryTask], wan: WanMonitor) -> float:
+    """The query's longest source-to-sink path under ``plan``: the one-way latency of every link it crosses
+    (queueing is the flow model's; here the links alone). ``query`` is parents first.
+
+    >>> from planning.model import Decision
+    >>> from wan.topology import parse_wan_config
+    >>> monitor = WanMonitor(parse_wan_config({"sites": ["a", "b", "c"], "links": [
+    ...     {"from": "a", "to": "b", "bandwidth_mbps": 30, "latency_ms": 5},
+    ...     {"from": "b", "to": "c", "bandwidth_mbps": 30, "latency_ms": 7},
+    ...     {"from": "a", "to": "c", "bandwidth_mbps": 30, "latency_ms": 20}]}))
+    >>> query = (QueryTask("s", "sig-s", "source", site="a"), QueryTask("f", "sig-f", "filter", (("in", "s"),)),
+    ...          QueryTask("k", "sig-k", "sink", (("in", "f"),), site="c"))
+    >>> def at(site):
+    ...     return QueryPlan({"s": Decision("s", "create", "a", "source"), "f": Decision("f", "create", site, "wan"),
+    ...                       "k": Decision("k", "create", "c", "pinned")})
+    >>> path_latency_ms(at("b"), query, monitor), path_latency_ms(at("a"), query, monitor)
+    (12.0, 20.0)
+    """
+    reached: dict[str, float] = {}
+    sites: dict[str, str | None] = {}
+    read: set[str] = set()
+    for task in query:
+        decision = plan.decisions.get(task.id)
+        sites[task.id] = decision.site if decision is not None else task.site
+        longest = 0.0
+        for _, parent in task.inputs:
+            read.add(parent)
+            src, dst = sites.get(parent), sites[task.id]
+            link = wan.config.link(src, dst) if src is not None and dst is not None else None
+            longest = max(longest, reached.get(parent, 0.0) + (link.latency_ms if link is not None else 0.0))
+        reached[task.id] = longest
+    return round(max((value for task_id, value in reached.items() if task_id not in read), default=0.0), 6)
 
 
 def pressure(plan: QueryPlan, wan: WanMonitor) -> tuple[float, float]:

@@ -225,7 +225,7 @@ class Crossing:
 
 
 #: What :func:`optimizer.planner.standing` compares, in order (its first two are negated there: lower is better).
-WEIGHING_CRITERIA = ("delivered_mbps", "delivered_mbps_at_headroom", "added_mbps", "peak_utilization",
+WEIGHING_CRITERIA = ("delivered_mbps", "delivered_mbps_at_headroom", "added_mbps", "latency_ms", "peak_utilization",
                      "mbps_beyond_spare")
 
 
@@ -243,14 +243,16 @@ class Weighing:
     placed; ``deciding`` the first criterion of :data:`WEIGHING_CRITERIA` on which the kept plan differs from
     the better sharing plan it was kept over (None: they tie, and Algorithm 1's is kept).
 
-    >>> Weighing("every share", (-10.0, -12.0, 8.0, 1.0, 0.0), (-12.0, -12.0, 8.0, 1.0, 0.0)).to_dict()["deciding"]
+    >>> Weighing("every share", (-10.0, -12.0, 8.0, 30.0, 1.0, 0.0), (-12.0, -12.0, 8.0, 30.0, 1.0, 0.0)).to_dict()["deciding"]
     'delivered_mbps'
-    >>> Weighing("private", (-10.0, -12.0, 8.0, 1.0, 0.0), (-10.0, -12.0, 8.0, 1.0, 0.0),
-    ...          (-20.0, -20.0, 16.0, 1.0, 0.0)).to_dict()["private"]["delivered_mbps"]
+    >>> Weighing("private", (-10.0, -12.0, 8.0, 30.0, 1.0, 0.0), (-10.0, -12.0, 8.0, 30.0, 1.0, 0.0),
+    ...          (-20.0, -20.0, 16.0, 30.0, 1.0, 0.0)).to_dict()["private"]["delivered_mbps"]
     20.0
-    >>> Weighing("algorithm 1", (-10.0, -12.0, 8.0, 1.0, 0.0), (-10.0, -12.0, 9.0, 1.0, 0.0),
-    ...          (-10.2, -20.0, 16.0, 1.0, 0.0)).deciding   # not the private plan's 2 % more: it is not worth it
+    >>> Weighing("algorithm 1", (-10.0, -12.0, 8.0, 30.0, 1.0, 0.0), (-10.0, -12.0, 9.0, 30.0, 1.0, 0.0),
+    ...          (-10.2, -20.0, 16.0, 30.0, 1.0, 0.0)).deciding   # not the private plan's 2 % more: it is not worth it
     'added_mbps'
+    >>> Weighing("every share", (-10.0, -12.0, 8.0, 45.0, 1.0, 0.0), (-10.0, -12.0, 8.0, 30.0, 1.2, 0.0)).deciding
+    'latency_ms'
     """
 
     kept: str
