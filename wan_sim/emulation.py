@@ -274,26 +274,30 @@ class LinkProxy:
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         broker_writer = None
-        directions: set[asyncio.Task] = set()
+        tasks: set[asyncio.Task] = set()
         try:
             broker_reader, broker_writer = await asyncio.open_connection(*self.broker)
             pending: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version) of requests in flight
-            directions = {asyncio.create_task(self._requests(client_reader, broker_writer, pending)),
-                          asyncio.create_task(self._responses(broker_reader, client_writer, pending))}
-            self._open |= directions
-            await asyncio.wait(directions, return_when=asyncio.FIRST_COMPLETED)
+            to_broker: asyncio.Queue = asyncio.Queue()
+            to_client: asyncio.Queue = asyncio.Queue()
+            readers = {asyncio.create_task(self._requests(client_reader, to_broker, pending)),
+                       asyncio.create_task(self._responses(broker_reader, to_client, pending))}
+            tasks = readers | {asyncio.create_task(_deliver(to_broker, broker_writer)),
+                               asyncio.create_task(_deliver(to_client, client_writer))}
+            self._open |= tasks
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         except OSError as error:
             log.warning("link %s -> %s: broker unreachable (%s)", *self.link, error)
-        finally:  # one side closed (or the proxy is closing: :meth:`close` cancels both): close both
-            for task in directions:
+        finally:  # one side closed (or the proxy is closing: :meth:`close` cancels them): close both
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*directions, return_exceptions=True)
-            self._open -= directions
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._open -= tasks
             for writer in (client_writer, broker_writer):
                 if writer is not None:
                     writer.close()
 
-    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    async def _requests(self, reader: asyncio.StreamReader, out: asyncio.Queue,
                         pending: dict[int, tuple[int, int]]) -> None:
         try:
             while True:
@@ -301,11 +305,11 @@ class LinkProxy:
                 body = await reader.readexactly(struct.unpack(">i", size)[0])
                 api_key, version, correlation = struct.unpack_from(">hhi", body)
                 pending[correlation] = (api_key, version)
-                await self._pass(self.back, size + body, writer)
+                await _send(self.back, size + body, out)
         except (asyncio.IncompleteReadError, ConnectionError):
             return
 
-    async def _responses(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    async def _responses(self, reader: asyncio.StreamReader, out: asyncio.Queue,
                          pending: dict[int, tuple[int, int]]) -> None:
         host, port = "127.0.0.1", self.port
         try:
@@ -319,17 +323,31 @@ class LinkProxy:
                     size = struct.pack(">i", len(body))
                 frame = size + body
                 for start in range(0, len(frame), CHUNK):
-                    await self._pass(self.forward, frame[start:start + CHUNK], writer)
+                    await _send(self.forward, frame[start:start + CHUNK], out)
         except (asyncio.IncompleteReadError, ConnectionError):
             return
 
-    @staticmethod
-    async def _pass(shaper: Shaper, data: bytes, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        due = shaper.departure(len(data), now) + shaper.delay_ms / 1000
-        if due > now:
-            await asyncio.sleep(due - now)
+
+async def _send(shaper: Shaper, data: bytes, out: asyncio.Queue) -> None:
+    """Put ``data`` on the link: wait until it is serialized (what paces the sender, through TCP), then hand it to
+    the delivery queue due one delay later. Bytes in flight do not hold the next ones back: the delay is the
+    link's propagation, not a pause per chunk."""
+    loop = asyncio.get_running_loop()
+    now = loop.time()
+    departure = shaper.departure(len(data), now)
+    if departure > now:
+        await asyncio.sleep(departure - now)
+    out.put_nowait((departure + shaper.delay_ms / 1000, data))
+
+
+async def _deliver(queue: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+    """Write what a direction carries, each chunk when it is due, in order."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due, data = await queue.get()
+        wait = due - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
         writer.write(data)
         await writer.drain()
 
