@@ -24,6 +24,7 @@ a full buffer; a saturated link has a full buffer).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -324,12 +325,9 @@ def decoupled_rates(tasks: Mapping[str, FlowTask], capacities: Mapping[tuple[str
     >>> fractions[("s", "y")], rates["a"]["s"], rates["c"]["s"]   # the slow reader lags; the other one does not
     (0.5, 5.0, 10.0)
     """
-    order = [task for task in _parents_first(tasks)]
-    fraction: dict[tuple[str, str], float] = {}
-    for task in order:
-        for parent in task.inputs:
-            if tasks[parent].site != task.site:
-                fraction[(parent, task.site)] = 1.0
+    order = _parents_first(tasks)
+    readers = _crossing_readers(tasks, router)
+    fraction = {crossing: 1.0 for crossing in readers}
     rates: dict[str, dict[str, float]] = {}
     for _ in range(rounds):
         rates = {}
@@ -343,18 +341,21 @@ def decoupled_rates(tasks: Mapping[str, FlowTask], capacities: Mapping[tuple[str
                 for source, rate in rates[parent].items():
                     total[source] = total.get(source, 0.0) + task.factor * rate * share
             rates[task.id] = total
-        offered = {crossing: sum(rates[crossing[0]].values()) for crossing in fraction}
         coefficients: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
-        for crossing, rate in offered.items():
+        for crossing, count in readers.items():
             link = (tasks[crossing[0]].site, crossing[1])
-            # without routers each consumer reads the stream over the link itself
-            readers = 1 if router else sum(1 for task in order if crossing[0] in task.inputs and task.site == crossing[1])
-            coefficients.setdefault(link, {})[crossing] = rate * readers
+            coefficients.setdefault(link, {})[crossing] = sum(rates[crossing[0]].values()) * count
         settled = max_min_throttles(coefficients, capacities, list(fraction))
         if all(abs(settled[crossing] - fraction[crossing]) < 1e-9 for crossing in fraction):
             break
         fraction = settled
     return rates, fraction
+
+
+def _crossing_readers(tasks: Mapping[str, FlowTask], router: bool) -> Counter[tuple[str, str]]:
+    """Each crossing ``(producer, destination site)`` with the times its stream is sent over the link: once with
+    routers, once per consumer there without (:func:`stream_crossings`)."""
+    return Counter((producer, dst) for producer, _, dst in stream_crossings(tasks, router))
 
 
 def _parents_first(tasks: Mapping[str, FlowTask]) -> list[FlowTask]:
@@ -385,11 +386,10 @@ def _solve_decoupled(tasks: Mapping[str, FlowTask], queries: Sequence[FlowQuery]
     rates, fraction = decoupled_rates(tasks, capacities, router)
     demand: dict[tuple[str, str], float] = {}
     load: dict[tuple[str, str], float] = {}
-    for (producer, site), share in fraction.items():
+    for (producer, site), readers in _crossing_readers(tasks, router).items():
         link = (tasks[producer].site, site)
-        readers = 1 if router else sum(1 for task in tasks.values() if producer in task.inputs and task.site == site)
         demand[link] = demand.get(link, 0.0) + sum(full[producer].values()) * readers
-        load[link] = load.get(link, 0.0) + sum(rates[producer].values()) * share * readers
+        load[link] = load.get(link, 0.0) + sum(rates[producer].values()) * fraction[(producer, site)] * readers
     links = tuple(LinkFlow(src, dst, capacities[(src, dst)], demand[(src, dst)], load[(src, dst)], streams[(src, dst)])
                   for src, dst in sorted(demand))
     utilization = {(link.src, link.dst): (link.utilization, link.capacity_mbps) for link in links}
