@@ -76,9 +76,9 @@ REAP_EVERY_S = 10.0
 
 # A read over a link from another site (``routes``) fetches in small steps and keeps little ahead: what a
 # consumer fetched past a slice is dropped when the next slice goes to another worker, and on a slow link
-# those bytes are what the link lacks (docs/wan.md, "Emulated WAN").
-# The next fetch is asked for as soon as the last one is consumed (librdkafka waits fetch.queue.backoff.ms, a
-# second by default, once its queue is at a threshold: half a slow link's time).
+# those bytes are what the link lacks (docs/wan.md, "Emulated WAN"). The next fetch is asked for as soon as
+# the last one is consumed (librdkafka waits fetch.queue.backoff.ms, a second by default, once its queue is at
+# a threshold: half a slow link's time).
 REMOTE_FETCH = {"fetch.max.bytes": 64 << 10, "max.partition.fetch.bytes": 64 << 10, "message.max.bytes": 64 << 10,
                 "queued.min.messages": 1, "queued.max.messages.kbytes": 64, "fetch.queue.backoff.ms": 5}
 
@@ -182,21 +182,16 @@ class KafkaSlice(InputPartition):
 @dataclass
 class _Ahead:
     """Where a worker's consumer stands after a slice: assigned to ``topic[partition]``, its next fetch from
-    ``fetched_to``, and ``carry``, the records it returned past the slice's end (offsets below ``fetched_to``)."""
+    ``fetched_to``."""
 
     topic: str
     partition: int
     fetched_to: int
-    carry: list
 
     def continues(self, part: KafkaSlice) -> bool:
-        """True when ``part`` starts where this left off: its records are the carry and what the consumer has
-        fetched since, so it is read without a new assignment (which would drop what was fetched ahead)."""
-        if (self.topic, self.partition) != (part.topic, part.partition):
-            return False
-        if self.carry:
-            return self.carry[0].offset() <= part.start < self.fetched_to
-        return self.fetched_to == part.start
+        """True when ``part`` starts where this left off: its records are what the consumer has fetched since, so
+        it is read without a new assignment (which would drop what was fetched ahead)."""
+        return (self.topic, self.partition, self.fetched_to) == (part.topic, part.partition, part.start)
 
 
 # per worker and broker address: the position a slice left its consumer at (a worker runs one task at a time)
@@ -209,7 +204,8 @@ def read_slice(bootstrap: str, part: KafkaSlice, remote: bool = False) -> Iterat
     A consumer fetches ahead of what it is asked for. When the next slice a worker reads continues the last
     one (the same partition, from where it ended: a query's next batch), the consumer keeps its assignment
     and what it fetched ahead is used, not fetched again: over a slow link (``routes``) that is most of the
-    bandwidth a lagging reader would otherwise waste.
+    bandwidth a lagging reader would otherwise waste. A slice whose consumer returned records past its end
+    (offsets skipped inside it) leaves its consumer ahead of the next slice, which is then assigned afresh.
     """
     from runtime.broker.rdkafka import KafkaException, TopicPartition
 
@@ -217,27 +213,19 @@ def read_slice(bootstrap: str, part: KafkaSlice, remote: bool = False) -> Iterat
     last_progress = time.monotonic()
     consumer = _consumer(bootstrap, remote)
     ahead = _AHEAD.pop(bootstrap, None)
-    pending: list = []
     try:
-        if ahead is not None and ahead.continues(part):
-            pending = [message for message in ahead.carry if message.offset() >= part.start]
-            fetched_to = ahead.fetched_to
-        else:
+        if ahead is None or not ahead.continues(part):
             consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
-            fetched_to = part.start
+        fetched_to = part.start
         while position < part.end:
-            if pending:
-                messages, pending = pending, []
-            else:
-                # returns once it has them all, or after CONSUME_WAIT_S with what it has (skipped offsets, a slow fetch)
-                messages = consumer.consume(min(ARROW_CHUNK, part.end - position), CONSUME_WAIT_S)
-                if messages:
-                    messages = _good(messages)
-                    if messages:
-                        fetched_to = max(fetched_to, messages[-1].offset() + 1)
-            if messages and messages[-1].offset() >= part.end:  # read ahead past the slice: offsets only grow
-                pending = [message for message in messages if message.offset() >= part.end]
-                messages = [message for message in messages if message.offset() < part.end]
+            # returns once it has them all, or after CONSUME_WAIT_S with what it has (skipped offsets, a slow fetch)
+            messages = consumer.consume(min(ARROW_CHUNK, part.end - position), CONSUME_WAIT_S)
+            if messages:
+                messages = _good(messages)
+            if messages:
+                fetched_to = messages[-1].offset() + 1
+                if messages[-1].offset() >= part.end:  # read ahead past the slice: offsets only grow
+                    messages = [message for message in messages if message.offset() < part.end]
             if messages:
                 position = messages[-1].offset() + 1
                 last_progress = time.monotonic()
@@ -245,9 +233,6 @@ def read_slice(bootstrap: str, part: KafkaSlice, remote: bool = False) -> Iterat
                 if batch.num_rows:
                     yield batch
                 continue
-            if pending:  # only records past the end: the slice's last offsets were skipped
-                position = part.end
-                break
             # Offsets can be skipped (transaction markers, compaction): trust the fetch position.
             fetched = consumer.position([TopicPartition(part.topic, part.partition)])[0].offset
             if fetched > position:
@@ -258,7 +243,7 @@ def read_slice(bootstrap: str, part: KafkaSlice, remote: bool = False) -> Iterat
                 raise TimeoutError(
                     f"{part.topic}[{part.partition}]: no progress at offset {position} of {part.end} for {READ_STALL_S:.0f} s"
                 )
-        _AHEAD[bootstrap] = _Ahead(part.topic, part.partition, max(fetched_to, part.end), pending)
+        _AHEAD[bootstrap] = _Ahead(part.topic, part.partition, max(fetched_to, part.end))
     except KafkaException:
         _drop_client(_CONSUMERS, bootstrap)
         raise
