@@ -224,12 +224,6 @@ class LinkStats:
     busy_s: float
     connections: int
 
-    def to_dict(self) -> dict:
-        return {"from": self.link[0], "to": self.link[1], "address": self.address,
-                "bandwidth_mbps": self.bandwidth_mbps, "delay_ms": self.delay_ms,
-                "bytes": self.bytes_forward, "bytes_back": self.bytes_back,
-                "busy_s": round(self.busy_s, 3), "connections": self.connections}
-
 
 @dataclass
 class LinkProxy:

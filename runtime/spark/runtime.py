@@ -391,8 +391,9 @@ class SparkRuntime:
         kept = {fragment: query for fragment, query in self.host.items() if fragment in staying}
         host = assign_hosts(desired, kept, query_sites, self.new_query_id, self.hosting and handing_over is None)
         plans = layouts(desired, host, self.prefix)
-        self._topic_sites.update((topic, desired[task_id].site) for plan in plans.values()
-                                 for task_id, topic in plan.outputs if task_id in desired)
+        if self.links:  # what routes() reads: the running and the desired set's taps (not every task ever run)
+            self._topic_sites = {topic: tasks[task_id].site for layout, tasks in ((self.plans, self.tasks), (plans, desired))
+                                 for plan in layout.values() for task_id, topic in plan.outputs if task_id in tasks}
         created_topics: list[str] = []
         started: list[FragmentQuery] = []
         new_records: list[str] = []
