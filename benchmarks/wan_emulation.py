@@ -45,7 +45,8 @@ PLOT = Path(__file__).resolve().parents[1] / "docs" / "img" / "wan-emulation.png
 POLICIES = ("sana", "net", "max-share")
 SCHEMA = {"id": "long", "v": "int", "ts": "long", "pad": "string"}
 # bytes a record of the raw stream takes on the wire beyond its JSON value: Kafka's record framing and a share of
-# its batch header, and the runtime's four headers on the taps (measured: see the results' bytes per record)
+# its batch header, and the runtime's four headers on the taps. An estimate, a little low: relay's 0.8 Mbps link
+# ran full where the model puts it at 99.8 % (docs/wan.md, "Emulated WAN")
 WIRE_OVERHEAD = 110
 
 # Each scenario: the WAN (a service configuration), the stream (site, records/s, padding bytes) and the queries
