@@ -23,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from api import routes_runtime, routes_topics, routes_wan, schemas
 from api.body import read_body
 from api.callers import AdminDep, PrincipalDep, require_admin
+from api.collector import FreezeSurvivors
 from api.error_answers import error_response
 from api.guard import RequestGuard
 from api.health import check_redis
@@ -52,6 +53,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         services = build_services(settings or get_settings())
         app.state.services = services
         app.state.rate_limiter = RateLimiter.from_settings(services.settings)
+        # Before the state is loaded, so that it leaves the collector's full passes as it comes (api/collector.py).
+        collector = app.state.collector = FreezeSurvivors().install() if services.settings.gc_freeze else None
         try:
             await run_in_threadpool(services.manager.start)
         except SanaError as error:
@@ -61,6 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            if collector is not None:
+                collector.uninstall()
             services.close()
 
     app = FastAPI(
@@ -212,7 +217,7 @@ def _routes(app: FastAPI) -> None:
         return manager.stats()
 
     @app.get("/healthz", response_model=schemas.HealthOut, responses={503: {"model": schemas.HealthOut}})
-    def healthz(services: ServicesDep) -> JSONResponse:
+    def healthz(services: ServicesDep, request: Request) -> JSONResponse:
         """The service's own parts (Redis, Kafka, Spark, the manager); 503 when one is not ok.
 
         ``work`` counts the dataflows that run, failed at run time or stalled: one tenant's failing
@@ -236,6 +241,9 @@ def _routes(app: FastAPI) -> None:
         try:
             counts = services.manager.stats()
             components["manager"] = {"status": "ok", "dataflows": counts["submitted_dataflows"], "running_tasks": counts["running_tasks"]}
+            collector = getattr(request.app.state, "collector", None)
+            if collector is not None:
+                components["manager"]["collector"] = collector.summary()
             work = services.manager.work()
         except SanaError as error:
             components["manager"] = {"status": "down", "error": error.message}

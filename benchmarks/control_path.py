@@ -68,7 +68,7 @@ class Wire:
         return self.trips, self.sent
 
 
-def _rss_mib() -> float:
+def rss_mib() -> float:
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith("VmRSS:"):
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             edges = edge_cases(manager, bridging_documents(args.edge_cases, args.seed)) if args.edge_cases else None
             stats = manager.stats()
             row = {"running_dataflows": level, "running_tasks": stats["running_tasks"],
-                   "fill_s": round(fill_s, 1), **result, "manager_rss_mib": _rss_mib(),
+                   "fill_s": round(fill_s, 1), **result, "manager_rss_mib": rss_mib(),
                    "redis_used_memory_mib": round(client.info("memory")["used_memory"] / 2**20, 1)}
             if edges:
                 row["edge_cases"] = edges

@@ -62,6 +62,11 @@ class Settings(BaseSettings):
         description="Let a filter or select read a running one that contains it (a wider filter, a select it computes "
         "from); false shares only equivalent tasks.",
     )
+    gc_freeze: bool = Field(
+        True,
+        description="Freeze what survives each full garbage collection of the server, so that a full collection "
+        "examines only what changed since the last one (api/collector.py); false leaves CPython's collector as it is.",
+    )
     defrag_after_removals: int = Field(
         0, ge=0, le=1_000_000,
         description="Run `sana defrag` in the background after every N removals (0: only when an operator runs it).",

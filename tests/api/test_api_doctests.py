@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["api.loopback", "api.guard", "api.ratelimit", "api.error_answers", "api.retention"]
+MODULES = ["api.loopback", "api.guard", "api.ratelimit", "api.error_answers", "api.retention", "api.collector"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -95,6 +95,7 @@ def test_manager_env_carries_every_sana_setting(scenario):
     assert plain["SANA_DRY_RUN"] == ("1" if values["dryRun"] else "0")
     assert plain["SANA_SHARING"] == ("1" if values["sharing"] else "0")
     assert plain["SANA_CONTAINMENT"] == ("1" if values["containment"] else "0")
+    assert plain["SANA_GC_FREEZE"] == ("1" if values["manager"]["gcFreeze"] else "0")
     assert float(plain["SANA_TRIGGER_S"]) == values["spark"]["triggerSeconds"]
     assert plain["SANA_DEFRAG_AFTER_REMOVALS"] == str(values["defrag"]["afterRemovals"])
     limits = values["limits"]
