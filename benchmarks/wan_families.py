@@ -31,16 +31,19 @@ behind, lists the cases behind, the worst ratio, and the same for mean latency w
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import multiprocessing
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.measure import Progress
+from planning.model import SANA
 from wan_sim.scenario import parse_scenario
 from wan_sim.simulate import simulate
 from wan_sim.workloads import CATEGORIES, COMPUTE, ORIGINS, fourteen_site_scenario, tweet_query
@@ -211,11 +214,15 @@ def cases(quick: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
-def run_case(case: dict[str, Any]) -> dict[str, Any]:
+def run_case(case: dict[str, Any], decoupled: bool = False, weigh_buffered: bool = False) -> dict[str, Any]:
+    """Every policy on ``case``; ``decoupled`` scores their placements with buffered hops (as Sana's runtime
+    links tasks: a congested crossing slows only what reads it) instead of the paper's backpressure;
+    ``weigh_buffered``: Sana weighs its plans with buffered hops too (``PlanningOptions.buffered_hops``)."""
     document = scenario(case)
     measured = {}
     for policy in POLICIES:
-        summary = simulate(parse_scenario(document), policy).summary()
+        options = replace(SANA, buffered_hops=True) if policy == "sana" and weigh_buffered else policy
+        summary = simulate(parse_scenario(document), options, decoupled).summary()
         measured[policy] = {"throughput_rps": summary["throughput_rps"], "mean_latency_ms": summary["mean_latency_ms"]}
     return {**case, **measured}
 
@@ -288,20 +295,26 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the summary and every case here")
     parser.add_argument("--plot", type=Path, help="write a plot of the ratios per family here (PNG)")
     parser.add_argument("--workers", type=int, default=2, help="processes to run cases in (default 2)")
+    parser.add_argument("--hops", choices=("backpressure", "buffered"), default="backpressure",
+                        help="the flow model that scores the placements: the paper's (default), or buffered hops, "
+                        "which the emulated WAN agrees with")
+    parser.add_argument("--weigh", choices=("backpressure", "buffered"), default="backpressure",
+                        help="the flow model Sana weighs its plans with (the service's: backpressure)")
     args = parser.parse_args()
     began = time.monotonic()
     todo = [case for case in cases(args.quick) if not args.family or case["family"] in args.family]
     progress = Progress(out=sys.stderr)
     rows = []
     with multiprocessing.Pool(args.workers) as pool:
-        for row in pool.imap(run_case, todo):
+        score = functools.partial(run_case, decoupled=args.hops == "buffered", weigh_buffered=args.weigh == "buffered")
+        for row in pool.imap(score, todo):
             rows.append(row)
             progress.say(f"{len(rows)}/{len(todo)} cases ({row['family']})", force=len(rows) == len(todo))
     tuned = [row for row in rows if row["family"] not in HELD_OUT]
     held_out = [row for row in rows if row["family"] in HELD_OUT]
     families = {family: len([row for row in rows if row["family"] == family])
                 for family in dict.fromkeys(row["family"] for row in rows)}
-    summary = {"cases": len(rows), "families": families, "seconds": round(time.monotonic() - began, 1),
+    summary = {"cases": len(rows), "hops": args.hops, "weigh": args.weigh, "families": families, "seconds": round(time.monotonic() - began, 1),
                "against": summarize(tuned), "held_out": summarize(held_out) if held_out else None}
     print(json.dumps(summary, indent=2))
     if args.json:

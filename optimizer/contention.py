@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from planning.model import QueryPlan, QueryTask, RunningTask
-from wan.flow import FlowTask, max_min_throttles, source_vectors, stream_crossings
+from wan.flow import FlowTask, decoupled_rates, max_min_throttles, source_vectors, stream_crossings
 from wan.flow_index import FlowIndex, NewTask
 from wan.monitor import WanMonitor
 
@@ -66,10 +66,12 @@ class Contention:
     """
 
     def __init__(self, running: Iterable[RunningTask], wan: WanMonitor, router: bool,
-                 index: FlowIndex | None = None) -> None:
+                 index: FlowIndex | None = None, buffered: bool = False) -> None:
         """``index``, the running set's flow model kept up to date by its owner (with routers), replaces
-        reading ``running``: a plan is then weighed in the time of its own size."""
-        self.wan, self.router, self.index = wan, router, index if router else None
+        reading ``running``: a plan is then weighed in the time of its own size. ``buffered``: hops are
+        buffered (:func:`wan.flow.decoupled_rates`), solved from ``running`` (an index is not used)."""
+        self.wan, self.router, self.buffered = wan, router, buffered
+        self.index = index if router and not buffered else None
         self.rates: dict[str, float] = {}
         self.shape: dict[str, tuple[str, tuple[str, ...]]] = {}
         if self.index is not None:
@@ -101,14 +103,16 @@ class Contention:
             target = coefficients.setdefault((src, dst), {})
             for source, rate in vectors[producer].items():
                 target[source] = target.get(source, 0.0) + rate
+        read = {parent for task in tasks.values() for parent in task.inputs}
+        sinks = [task_id for task_id, task in tasks.items() if task_id not in read and task.inputs]
+        if self.buffered:  # what each sink receives of each source, each crossing at its own pace
+            reached, _ = decoupled_rates(tasks, capacities, self.router)
+            total = sum((tasks[source].demand_mbps * reached[sink].get(source, 0.0) / full
+                        for sink in sinks for source, full in vectors[sink].items() if full > 1e-12), 0.0)
+            return round(total, 9)
         sources = [task_id for task_id, task in tasks.items() if not task.inputs]
         throttle = max_min_throttles(coefficients, capacities, sources)
-        read = {parent for task in tasks.values() for parent in task.inputs}
-        total = 0.0
-        for task_id, task in tasks.items():
-            if task_id in read or not task.inputs:
-                continue
-            total += sum(tasks[source].demand_mbps * throttle[source] for source in vectors[task_id])
+        total = sum((tasks[source].demand_mbps * throttle[source] for sink in sinks for source in vectors[sink]), 0.0)
         return round(total, 9)
 
 

@@ -156,8 +156,9 @@ def admit_shares(
     if not (options.bandwidth_checks and options.weigh_refusals):
         return trial.admissions()
     sharing_trial, sharing = _try(query, running, wan, replace(options, bandwidth_checks=False), {}, forced)
-    index = running.flow_index() if options.router else None
-    contention = Contention(() if index is not None else running.running_tasks(), wan, options.router, index)
+    index = running.flow_index() if options.router and not options.buffered_hops else None
+    contention = Contention(() if index is not None else running.running_tasks(), wan, options.router, index,
+                            buffered=options.buffered_hops)
     every_share, algorithm_1 = _standing(sharing, query, contention, wan), _standing(plan, query, contention, wan)
     private_trial, private = _try(query, running, wan, options.private(), {}, forced)
     alone = _standing(private, query, contention, wan)

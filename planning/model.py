@@ -93,7 +93,12 @@ class PlanningOptions:
     - ``weigh_refusals``: keep Algorithm 1's plan only when the flow model
       says taking every share would not deliver more
       (:func:`optimizer.planner.admit_shares`); off, Algorithm 1 as printed.
-      The private plan (:meth:`private`) is weighed too.
+      The private plan (:meth:`private`) is weighed too;
+    - ``buffered_hops``: weigh plans with buffered hops (a congested crossing
+      slows only what reads it, as Kafka topics between Sana's queries do;
+      :func:`wan.flow.decoupled_rates`) instead of the paper's backpressure.
+      Solved from scratch over the running set (not in the time of the plan):
+      for the simulator's comparisons, not yet for the service.
     """
 
     share_sources: bool = True
@@ -102,6 +107,7 @@ class PlanningOptions:
     bandwidth_checks: bool = True
     wan_placement: bool = True
     weigh_refusals: bool = True
+    buffered_hops: bool = False
 
     @property
     def router(self) -> bool:
