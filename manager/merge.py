@@ -31,7 +31,7 @@ from manager.model import Dataflow
 from manager.reuse import plan_reuse
 from manager.state import WIDER, RunningSet, State, SubmittedDataflow, is_added
 from manager.traffic import link_loads_in_use, rates_in_use
-from planning.model import SERVICE_POLICIES, QueryPlan
+from planning.model import QueryPlan, service_options
 from optimizer.planner import admit_shares
 from runtime.plan import Change, TaskSpec
 from scheduler.assignment import assign_by_locality, assign_by_wan
@@ -170,8 +170,8 @@ def _plan(state: State, flow: Dataflow, submitted_at: float, sharing: bool, meas
     else:
         monitor = WanMonitor(state.wan, link_loads_in_use(state, measured) if measured else state.link_load)
         running = RunningSet(state, rates_in_use(state, measured) if measured else None)
-        admissions = admit_shares(reuse.query, running, monitor, SERVICE_POLICIES[state.wan.policy], reuse.forced,
-                                  reuse.configs)
+        options = service_options(state.wan.policy, state.wan.hops)
+        admissions = admit_shares(reuse.query, running, monitor, options, reuse.forced, reuse.configs)
         assignment = assign_by_wan(admissions, running, monitor, state.tasks)
     task_map = {task_id: assignment.running[reuse.vertex_of[task_id]] for task_id in flow.order}
     new_tasks: list[TaskSpec] = []

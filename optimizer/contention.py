@@ -69,9 +69,9 @@ class Contention:
                  index: FlowIndex | None = None, buffered: bool = False) -> None:
         """``index``, the running set's flow model kept up to date by its owner (with routers), replaces
         reading ``running``: a plan is then weighed in the time of its own size. ``buffered``: hops are
-        buffered (:func:`wan.flow.decoupled_rates`), solved from ``running`` (an index is not used)."""
+        buffered (:func:`wan.flow.decoupled_rates`; with an index, :meth:`FlowIndex.delivered_buffered`)."""
         self.wan, self.router, self.buffered = wan, router, buffered
-        self.index = index if router and not buffered else None
+        self.index = index if router else None
         self.rates: dict[str, float] = {}
         self.shape: dict[str, tuple[str, tuple[str, ...]]] = {}
         if self.index is not None:
@@ -88,6 +88,13 @@ class Contention:
 
     def delivered(self, query: Sequence[QueryTask], plan: QueryPlan, scale: float = 1.0) -> float:
         """:func:`delivered_mbps` of ``plan`` on this running set."""
+        if self.index is not None and self.buffered:
+            background = self.background
+
+            def capacity(src: str, dst: str) -> float:
+                return max(0.0, self.wan.capacity(src, dst) - scale * background.get((src, dst), 0.0))
+
+            return self.index.delivered_buffered(_new_tasks(query, plan), capacity, scale)
         if self.index is not None:
             return self.index.delivered(_new_tasks(query, plan), self.wan.capacity, self.background, scale)
         rates, shape = dict(self.rates), dict(self.shape)

@@ -156,7 +156,7 @@ def admit_shares(
     if not (options.bandwidth_checks and options.weigh_refusals):
         return trial.admissions()
     sharing_trial, sharing = _try(query, running, wan, replace(options, bandwidth_checks=False), {}, forced)
-    index = running.flow_index() if options.router and not options.buffered_hops else None
+    index = running.flow_index() if options.router else None
     contention = Contention(() if index is not None else running.running_tasks(), wan, options.router, index,
                             buffered=options.buffered_hops)
     every_share, algorithm_1 = _standing(sharing, query, contention, wan), _standing(plan, query, contention, wan)

@@ -97,8 +97,10 @@ class PlanningOptions:
     - ``buffered_hops``: weigh plans with buffered hops (a congested crossing
       slows only what reads it, as Kafka topics between Sana's queries do;
       :func:`wan.flow.decoupled_rates`) instead of the paper's backpressure.
-      Solved from scratch over the running set (not in the time of the plan):
-      for the simulator's comparisons, not yet for the service.
+      The service weighs this way when its WAN configuration says
+      ``"hops": "buffered"`` (:func:`service_options`), on the running set's
+      flow index (:mod:`wan.buffered`); the simulator's ``sana`` is the
+      paper's, with backpressure.
     """
 
     share_sources: bool = True
@@ -127,9 +129,19 @@ class PlanningOptions:
 SANA = PlanningOptions()
 #: The policies a WAN configuration may name (``policy``): Sana, and two baselines to compare it with on a real
 #: runtime (``wan_sim.emulation``). NET shares nothing and places WAN-aware; Max-Share takes every share unchecked.
+#: The configuration's ``hops`` sets ``buffered_hops`` (:func:`service_options`).
 NET = PlanningOptions(share_sources=False, share_inop=False, share_in=False, bandwidth_checks=False)
 MAX_SHARE = PlanningOptions(bandwidth_checks=False)
 SERVICE_POLICIES: dict[str, PlanningOptions] = {"sana": SANA, "net": NET, "max-share": MAX_SHARE}
+
+
+def service_options(policy: str, hops: str) -> PlanningOptions:
+    """The options the service plans with for a WAN configuration's ``policy`` and ``hops``.
+
+    >>> service_options("sana", "buffered").buffered_hops, service_options("sana", "backpressure").buffered_hops
+    (True, False)
+    """
+    return replace(SERVICE_POLICIES[policy], buffered_hops=hops == "buffered")
 
 
 @dataclass(frozen=True)

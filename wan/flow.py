@@ -310,14 +310,22 @@ def solve(
     return FlowResult(throttle, links, tuple(results), task_rates)
 
 
+#: Rounds of :func:`decoupled_rates` that move each fraction all the way to its next value; later rounds move
+#: half way (a feedback loop through links otherwise swings between two states).
+UNDAMPED_ROUNDS = 10
+
+
 def decoupled_rates(tasks: Mapping[str, FlowTask], capacities: Mapping[tuple[str, str], float],
-                    router: bool = True, rounds: int = 60) -> tuple[dict[str, dict[str, float]], dict[tuple[str, str], float]]:
+                    router: bool = True, rounds: int = 200) -> tuple[dict[str, dict[str, float]], dict[tuple[str, str], float]]:
     """Rates when every hop is buffered: sources send at full rate, and each crossing (a stream read at another
     site) delivers the max-min fair fraction of what reaches it that its link allows.
 
     Returns each task's output split by source (Mbps, as :func:`source_vectors` at full rate) and each crossing's
     fraction, keyed ``(producer, destination site)``. A crossing's offered load depends on the crossings before
-    it, so progressive filling over the crossings is repeated until the fractions settle.
+    it, so progressive filling over the crossings is repeated until the fractions settle. Where a stream's
+    products cross a link it crossed before (b -> c, back, and over b -> c again), a fraction's next value falls
+    as its last one rises, and repeating alone swings between two states: after :data:`UNDAMPED_ROUNDS` each
+    round moves the fractions half way, which settles them.
 
     >>> tasks = {"s": FlowTask("s", "x", demand_mbps=10), "a": FlowTask("a", "y", ("s",)), "b": FlowTask("b", "x", ("s",)),
     ...          "c": FlowTask("c", "z", ("b",))}
@@ -329,7 +337,7 @@ def decoupled_rates(tasks: Mapping[str, FlowTask], capacities: Mapping[tuple[str
     readers = _crossing_readers(tasks, router)
     fraction = {crossing: 1.0 for crossing in readers}
     rates: dict[str, dict[str, float]] = {}
-    for _ in range(rounds):
+    for round_number in range(rounds):
         rates = {}
         for task in order:
             if not task.inputs:
@@ -348,6 +356,8 @@ def decoupled_rates(tasks: Mapping[str, FlowTask], capacities: Mapping[tuple[str
         settled = max_min_throttles(coefficients, capacities, list(fraction))
         if all(abs(settled[crossing] - fraction[crossing]) < 1e-9 for crossing in fraction):
             break
+        if round_number >= UNDAMPED_ROUNDS:
+            settled = {crossing: (fraction[crossing] + settled[crossing]) / 2 for crossing in fraction}
         fraction = settled
     return rates, fraction
 

@@ -29,21 +29,11 @@ order floating-point sums are taken in.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
+from wan.buffered import BufferedState, NewTask, Overlay
 from wan.flow import max_min_throttles
 
 Link = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class NewTask:
-    """A task a plan would start: its id (not a running one), site, input ids (running or new) and rate."""
-
-    id: str
-    site: str
-    inputs: tuple[str, ...]
-    rate_mbps: float
 
 
 class FlowIndex:
@@ -70,6 +60,10 @@ class FlowIndex:
         self.sink_count: dict[str, int] = {}          # source -> sinks its data reaches
         self.arrivals: dict[tuple[str, str], int] = {}  # (producer, other site) -> its consumers there
         self.link_producers: dict[Link, dict[str, None]] = {}
+        self.children: dict[str, dict[str, None]] = {}
+        self.depth: dict[str, int] = {}
+        self.crossing_sites: dict[str, dict[str, None]] = {}  # producer -> the other sites its stream crosses to
+        self._buffered: dict[float, BufferedState] = {}  # scale -> the running set with buffered hops, once asked for
         self._coefficients: dict[Link, dict[str, float]] = {}
         self._explained: dict[Link, float] = {}
         self._dirty: set[Link] = set()
@@ -88,6 +82,14 @@ class FlowIndex:
         if task_id in self.sites:
             raise ValueError(f"task {task_id!r} is already in the flow index")
         kept = tuple(parent for parent in inputs if parent in self.sites)
+        for state in self._buffered.values():
+            change = Overlay(self, state)
+            change.add((NewTask(task_id, site, kept, rate_mbps),))
+            change.commit(change.settle())
+        self.children[task_id] = {}
+        self.depth[task_id] = 1 + max((self.depth[parent] for parent in kept), default=-1)
+        for parent in kept:
+            self.children[parent][task_id] = None
         self.sites[task_id], self.inputs[task_id], self.rates[task_id] = site, kept, rate_mbps
         self.vectors[task_id] = _vector(task_id, kept, rate_mbps, self.rates, self.vectors)
         self.readers[task_id] = 0
@@ -109,6 +111,13 @@ class FlowIndex:
         """Forget a task nothing in the index reads any more (a task still read raises ``ValueError``)."""
         if self.readers.get(task_id, 0):
             raise ValueError(f"task {task_id!r} is still read by {self.readers[task_id]} task(s) of the flow index")
+        for state in self._buffered.values():
+            change = Overlay(self, state)
+            change.drop(task_id)
+            change.commit(change.settle())
+        for parent in self.inputs[task_id]:
+            self.children[parent].pop(task_id, None)
+        del self.children[task_id], self.depth[task_id]
         site, kept = self.sites.pop(task_id), self.inputs.pop(task_id)
         vector = self.vectors.pop(task_id)
         del self.rates[task_id], self.readers[task_id]
@@ -130,12 +139,17 @@ class FlowIndex:
     def _cross(self, producer: str, site: str, change: int) -> None:
         link = (self.sites[producer], site)
         producers = self.link_producers.setdefault(link, {})
+        sites = self.crossing_sites.setdefault(producer, {})
         if change > 0:
             producers[producer] = None
+            sites[site] = None
         else:
             del producers[producer]
             if not producers:
                 del self.link_producers[link]
+            del sites[site]
+        if not sites:
+            del self.crossing_sites[producer]
         self._dirty.add(link)
 
     # -- reading ---------------------------------------------------------------------
@@ -212,6 +226,29 @@ class FlowIndex:
         throttle = max_min_throttles(coefficients, capacities, demand)
         total = sum((demand[source] * scale * throttle[source] * count for source, count in counts.items()), 0.0)
         return round(total, 9)
+
+    def delivered_buffered(self, new: Iterable[NewTask], capacity: Callable[[str, str], float], scale: float = 1.0) -> float:
+        """:meth:`delivered` with buffered hops (:mod:`wan.buffered`): a congested crossing slows only what reads
+        it. The running set's state at ``scale`` is built the first time it is asked for and kept up to date by
+        :meth:`add` and :meth:`drop`; a plan is weighed where its change reaches. Built again if a link's
+        ``capacity`` (what is left of it for these streams) changed since. The index itself is not changed."""
+        state = self._buffered.get(scale)
+        if state is None or any(abs(capacity(*link) - known) > 1e-9 for link, known in state.capacities.items()):
+            state = self._buffered[scale] = self._build(scale, capacity)
+        state.capacity = capacity
+        change = Overlay(self, state)
+        change.add(new)
+        return round(change.settle(), 9)
+
+    def _build(self, scale: float, capacity: Callable[[str, str], float]) -> BufferedState:
+        """The buffered state of the running set, task by task (parents first) as if each were added now."""
+        state = BufferedState(scale, capacity)
+        order = sorted(self.sites, key=self.depth.__getitem__)
+        empty = FlowIndex()
+        empty._buffered[scale] = state
+        for task_id in order:
+            empty.add(task_id, self.sites[task_id], self.inputs[task_id], self.rates[task_id])
+        return state
 
 
 class _Chain:

@@ -95,6 +95,7 @@ class _WanDoc(BaseModel):
     default_source_mbps: float = Field(1.0, ge=0, allow_inf_nan=False)
     replacement: _ReplacementDoc | None = None
     policy: Literal["sana", "net", "max-share"] = "sana"
+    hops: Literal["buffered", "backpressure"] = "backpressure"
 
 
 #: The top-level fields of a WAN configuration document (the Helm chart's values schema lists the same).
@@ -153,6 +154,10 @@ class WanConfig:
     #: How queries are planned: ``sana`` (the product), or a baseline for comparisons on a real runtime:
     #: ``net`` (no sharing, WAN-aware placement), ``max-share`` (every share, no bandwidth checks).
     policy: str = "sana"
+    #: The flow model plans are weighed with: ``backpressure`` (the paper's model) or ``buffered`` (Kafka topics
+    #: between queries: a congested crossing slows only what reads it, as Sana's runtime behaves; its weighing
+    #: grows with congested running sets, docs/wan.md).
+    hops: str = "backpressure"
 
     @property
     def site_names(self) -> tuple[str, ...]:
@@ -225,6 +230,8 @@ class WanConfig:
             result["replacement"] = {"utilization": self.replace_above, "check_every_s": self.check_every_s}
         if self.policy != "sana":
             result["policy"] = self.policy
+        if self.hops != "backpressure":
+            result["hops"] = self.hops
         return result
 
 
@@ -303,6 +310,7 @@ def parse_wan_config(data: Mapping[str, Any] | str | bytes) -> WanConfig:
         replace_above=None if doc.replacement is None else float(doc.replacement.utilization),
         check_every_s=10.0 if doc.replacement is None else float(doc.replacement.check_every_s),
         policy=doc.policy,
+        hops=doc.hops,
     )
 
 

@@ -136,8 +136,19 @@ def test_a_refusal_that_would_press_the_wan_harder_is_overruled_and_reported(man
     weighing = second.to_dict()["weighing"]
     assert (weighing["kept"], weighing["deciding"]) == ("every share", "delivered_mbps")
     assert (weighing["algorithm_1"]["delivered_mbps"], weighing["every_share"]["delivered_mbps"]) == (8.0, 16.0)
+    # with buffered hops src -> P delivers 10 of the 16 Mbps to P either way; the share then sends the filter's 5
+    # over P -> H2 (4: 8 of the source's 16 reach H2), the refusal's copy reads the raw stream over src -> H2 (4 of
+    # 16): 18 Mbps against 14, the same choice
     assert first.to_dict()["weighing"]["kept"] == "algorithm 1" and first.weighing["deciding"] is None, "nothing to share"
     check_wan_state(manager.state, {first.id: hot("a", "P", "one"), second.id: hot("b", "H2", "two")})
+    manager.remove(second.id)
+    manager.set_wan({**scarce, "hops": "buffered"})
+    again = manager.submit(hot("b", "H2", "two"))
+    weighed = again.to_dict()["weighing"]
+    assert (weighed["kept"], weighed["algorithm_1"]["delivered_mbps"], weighed["every_share"]["delivered_mbps"]) == (
+        "every share", 14.0, 18.0)
+    check_wan_state(manager.state, {first.id: hot("a", "P", "one"), again.id: hot("b", "H2", "two")})
+
 
 
 def test_the_configured_policy_plans_as_net_or_max_share_for_comparisons(manager):
@@ -544,7 +555,7 @@ def test_a_task_whose_input_has_no_site_does_not_break_the_weighing(manager):
 
 
 # Grid (4 Mbps) at asia, urban (10 Mbps) at us; the compute sites joined by 2 Mbps links.
-APART = {
+APART = {  # the paper's backpressure (the default) plans the private dataflow apart; buffered hops share its reader
     "sites": [{"name": "eu", "compute": False}, "us", "asia", "sa"],
     "links": [{"from": "eu", "to": site, "bandwidth_mbps": 200, "latency_ms": 5} for site in ("us", "asia", "sa")]
     + [{"from": a, "to": b, "bandwidth_mbps": 2, "latency_ms": 5} for a, b in (("us", "asia"), ("us", "sa"), ("asia", "sa"))],
@@ -561,20 +572,37 @@ def _sink(task_id: str, topic: str, site: str | None = None) -> dict:
     return made
 
 
-def _apart(manager) -> dict[str, dict]:
-    """Grid's reader runs twice at asia: once shared (under a window), once private to a dataflow that also ships
-    urban to sa over a thin link (sharing urban's reader with it would hold the other back: planned apart)."""
-    private = {"name": "private", "tasks": [source("g", "grid"), source("u", "urban"), _sink("raw", "grid-raw"),
-                                            _sink("far", "urban-far", "sa")],
-               "streams": [stream("g", "raw"), stream("u", "far")]}
+def _shared_and_private() -> tuple[dict, dict]:
+    """Two dataflows reading grid and urban; the second also ships urban to sa over a thin link."""
     shared = {"name": "shared", "tasks": [source("g", "grid"), task("w", "window_aggregate", **COUNT),
                                           _sink("out", "grid-counts"), source("u", "urban"), _sink("near", "urban-near")],
               "streams": [stream("g", "w"), stream("w", "out"), stream("u", "near")]}
+    private = {"name": "private", "tasks": [source("g", "grid"), source("u", "urban"), _sink("raw", "grid-raw"),
+                                            _sink("far", "urban-far", "sa")],
+               "streams": [stream("g", "raw"), stream("u", "far")]}
+    return shared, private
+
+
+def _apart(manager) -> dict[str, dict]:
+    """Grid's reader runs twice at asia: once shared (under a window), once private to a dataflow that also ships
+    urban to sa over a thin link (sharing urban's reader with it would hold the other back: planned apart)."""
     manager.set_wan(APART)
-    submitted = {manager.submit(document).id: document for document in (shared, private)}
+    submitted = {manager.submit(document).id: document for document in _shared_and_private()}
     readers = sorted(t for t, spec in manager.state.tasks.items() if spec.type == "source" and spec.site == "asia")
     assert len(readers) == 2, readers
     return submitted
+
+
+def test_with_buffered_hops_the_reader_backpressure_would_copy_is_shared(manager):
+    """The private dataflow ships urban to sa over a thin link. With backpressure that throttle would hold back
+    urban's reader for the other dataflow too, so it gets a reader of its own (and grid's is copied with it:
+    :func:`_apart`); with buffered hops only the crossing to sa lags, and one reader of each serves both."""
+    manager.set_wan({**APART, "hops": "buffered"})
+    assert manager.wan()["hops"] == "buffered"
+    submitted = {manager.submit(document).id: document for document in _shared_and_private()}
+    readers = sorted(spec.config["topic"] for spec in manager.state.tasks.values() if spec.type == "source")
+    assert readers == ["grid", "urban"]
+    check_wan_state(manager.state, submitted)
 
 
 def test_one_task_two_reused_sinks_reach_through_different_instances_is_refused(manager):

@@ -43,9 +43,10 @@ def test_buffered_weighing_keeps_the_shared_reader_that_backpressure_gives_up():
     assert weighed["algorithm_1"]["delivered_mbps"] == weighed["private"]["delivered_mbps"] == 25.0
 
 
-def test_buffered_weighing_reads_the_running_set_not_the_flow_index():
-    """The index holds the backpressure model; with buffered hops the running set is solved from scratch (an
-    empty index, if it were read, would deliver nothing)."""
-    contention = Contention(SLOW_READER, monitor(5, 100), router=True, index=FlowIndex(), buffered=True)
-    assert contention.index is None and contention.delivered((), QueryPlan({})) == 25.0
-    assert Contention((), monitor(5, 100), router=True, index=FlowIndex()).delivered((), QueryPlan({})) == 0.0
+def test_with_an_index_buffered_weighing_reads_the_index():
+    """Given the running set's flow index, buffered hops are weighed on it (wan/buffered.py), as from the tasks."""
+    index = FlowIndex()
+    for task in SLOW_READER:
+        index.add(task.id, task.site, [parent for _, parent in task.inputs], task.rate_mbps)
+    contention = Contention((), monitor(5, 100), router=True, index=index, buffered=True)
+    assert contention.index is index and contention.delivered((), QueryPlan({})) == 25.0
