@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the probes at the last level")
     parser.add_argument("--wan", type=Path, default=None,
                         help="plan on this experiment file's WAN (e.g. examples/wan/fourteen-sites.json)")
+    parser.add_argument("--hops", choices=("backpressure", "buffered"), default=None,
+                        help="with --wan: the flow model plans are weighed with (the configuration's hops)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     levels = [int(level) for level in args.levels.split(",")]
@@ -194,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     sites = None
     if args.wan:
         wan = wan_document(args.wan)
+        if args.hops:
+            wan["hops"] = args.hops
         manager.set_wan(wan)
         sites = compute_sites(wan)
 
