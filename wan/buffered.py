@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from wan.flow import UNDAMPED_ROUNDS
+from wan.flow import UNDAMPED_ROUNDS, vector_from_inputs
 
 Link = tuple[str, str]
 EPSILON = 1e-12
@@ -173,7 +173,7 @@ class Overlay:
         for task in tasks:
             kept = tuple(parent for parent in task.inputs if parent in self.index.sites or parent in self.sites)
             self.sites[task.id], self.inputs[task.id], self.rates[task.id] = task.site, kept, task.rate_mbps
-            self.vectors[task.id] = _vector(task.id, kept, task.rate_mbps, self.rate, self.vector)
+            self.vectors[task.id] = vector_from_inputs(task.id, kept, task.rate_mbps, self.rate, self.vector)
             self.depth[task.id] = 1 + max((self.task_depth(parent) for parent in kept), default=-1)
             self.before[task.id] = 0.0
             for parent in kept:
@@ -303,16 +303,3 @@ class Overlay:
                 state.frac.pop(link, None)
         state.total = total
 
-
-def _vector(task_id: str, inputs: tuple[str, ...], rate: float, rates: Callable[[str], float],
-            vectors: Callable[[str], Mapping[str, float]]) -> dict[str, float]:
-    """A task's source vector at full source rates, from its inputs' (as :func:`wan.flow_index._vector`)."""
-    if not inputs:
-        return {task_id: rate}
-    arriving = sum(rates(parent) for parent in inputs)
-    factor = rate / arriving if arriving > 0 else 0.0
-    total: dict[str, float] = {}
-    for parent in inputs:
-        for source, value in vectors(parent).items():
-            total[source] = total.get(source, 0.0) + factor * value
-    return total

@@ -25,7 +25,7 @@ a full buffer; a saturated link has a full buffer).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,6 +172,26 @@ def stream_crossings(tasks: Mapping[str, FlowTask], router: bool = True) -> list
                 seen.add((parent, task.site))
             result.append((parent, producer.site, task.site))
     return result
+
+
+def vector_from_inputs(task_id: str, inputs: Sequence[str], rate: float, rates: Callable[[str], float],
+                       vectors: Callable[[str], Mapping[str, float]]) -> dict[str, float]:
+    """A task's source vector at full source rates from its inputs' (``rates`` and ``vectors`` look them up): its
+    factor is its rate over the sum of its inputs' rates, as :func:`source_vectors` takes it; without inputs it
+    is a source at ``rate``.
+
+    >>> vector_from_inputs("f", ("s",), 5.0, {"s": 10.0}.__getitem__, {"s": {"s": 10.0}}.__getitem__)
+    {'s': 5.0}
+    """
+    if not inputs:
+        return {task_id: rate}
+    arriving = sum(rates(parent) for parent in inputs)
+    factor = rate / arriving if arriving > 0 else 0.0
+    total: dict[str, float] = {}
+    for parent in inputs:
+        for source, value in vectors(parent).items():
+            total[source] = total.get(source, 0.0) + factor * value
+    return total
 
 
 def source_vectors(tasks: Mapping[str, FlowTask]) -> dict[str, dict[str, float]]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from wan.buffered import BufferedState, NewTask, Overlay
-from wan.flow import max_min_throttles
+from wan.flow import max_min_throttles, vector_from_inputs
 
 Link = tuple[str, str]
 
@@ -91,7 +91,7 @@ class FlowIndex:
         for parent in kept:
             self.children[parent][task_id] = None
         self.sites[task_id], self.inputs[task_id], self.rates[task_id] = site, kept, rate_mbps
-        self.vectors[task_id] = _vector(task_id, kept, rate_mbps, self.rates, self.vectors)
+        self.vectors[task_id] = vector_from_inputs(task_id, kept, rate_mbps, self.rates.__getitem__, self.vectors.__getitem__)
         self.readers[task_id] = 0
         if not kept:
             self.sources.add(task_id)
@@ -196,7 +196,7 @@ class FlowIndex:
         for task in new:
             kept = tuple(parent for parent in task.inputs if parent in self.sites or parent in sites)
             sites[task.id], inputs[task.id], rates[task.id] = task.site, kept, task.rate_mbps
-            vectors[task.id] = _vector(task.id, kept, task.rate_mbps, all_rates, all_vectors)
+            vectors[task.id] = vector_from_inputs(task.id, kept, task.rate_mbps, all_rates.__getitem__, all_vectors.__getitem__)
             for parent in kept:
                 read[parent] = read.get(parent, 0) + 1
                 parent_site = sites[parent] if parent in sites else self.sites[parent]
@@ -259,19 +259,6 @@ class _Chain:
 
     def __getitem__(self, key):
         return self.first[key] if key in self.first else self.second[key]
-
-
-def _vector(task_id: str, inputs: tuple[str, ...], rate: float, rates, vectors) -> dict[str, float]:
-    """A task's source vector, from its inputs' (the from-scratch model's arithmetic, input by input)."""
-    if not inputs:
-        return {task_id: rate}
-    arriving = sum(rates[parent] for parent in inputs)
-    factor = rate / arriving if arriving > 0 else 0.0
-    total: dict[str, float] = {}
-    for parent in inputs:
-        for source, value in vectors[parent].items():
-            total[source] = total.get(source, 0.0) + factor * value
-    return total
 
 
 def _count(counts: dict[str, int], vector: Mapping[str, float], change: int) -> None:
