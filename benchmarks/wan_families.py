@@ -299,7 +299,7 @@ def main() -> None:
                         help="the flow model that scores the placements: the paper's (default), or buffered hops, "
                         "which the emulated WAN agrees with")
     parser.add_argument("--weigh", choices=("backpressure", "buffered"), default="backpressure",
-                        help="the flow model Sana weighs its plans with (the service's: backpressure)")
+                        help="the flow model Sana weighs its plans with (the paper's, the default here; the service's: buffered)")
     args = parser.parse_args()
     began = time.monotonic()
     todo = [case for case in cases(args.quick) if not args.family or case["family"] in args.family]

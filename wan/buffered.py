@@ -1,28 +1,35 @@
-"""The running set's flow with buffered hops, kept by the flow index and changed where a change reaches.
+"""The running set's flow with buffered hops, kept by the flow index as sums over the paths data takes.
 
 Sana's queries are linked by Kafka topics: a congested crossing slows only
 what reads it (:func:`wan.flow.decoupled_rates`, which the emulated WAN agrees
-with). With routers, every stream crossing a link ``L`` is delivered at the
-link's fraction ``min(1, capacity / load)``, and a task's *reach* of a source
-(the share of that source's data at full rate that arrives in its output) is
-its inputs' reach, weighted by what each input carries of that source, times
-the fraction of the link each input crossed. A link's load is what its
-producers send at their reach; a sink's contribution is each source's rate
-times its reach.
+with). With routers, every stream crossing a link is delivered at the link's
+fraction ``min(1, capacity / load)``. A task's *reach* of a source (the
+share of that source's data at full rate that arrives in its output) is then
+a sum over the paths the source's data took to it: a constant weight per path
+(what each input carries of the source, fixed while the task runs) times the
+product of the fractions of the path's links. So the model is small whatever
+the number of tasks: a *group* is a source and a path, and
 
-A :class:`BufferedState` holds fractions, reaches, loads and the sinks'
-total for one scale of the source rates. :func:`settle` changes it where a
-change reaches: a new crossing or a changed reach moves a link's load, a
-changed fraction moves the reach of that link's readers, and so on downstream
-(tasks in depth order), until nothing moves by more than ``EPSILON``; the
-rest is not read. An :class:`Overlay` holds a change on top of a state without
-changing it (a plan being weighed); :meth:`Overlay.commit` writes it in (a
-task added to or dropped from the running set).
+- a link's load is, over the groups its crossing producers carry, a constant
+  weight (their source vectors times their path weights) times the group's
+  product of fractions;
+- what the sinks receive is the same kind of sum over the groups that reach
+  them, with each source's rate as the weight.
+
+A :class:`PathModel` holds those weights and is changed with each task added
+or dropped (:func:`adding`, :func:`dropping` describe a change, :meth:`PathModel.apply`
+writes it). A :class:`BufferedState` holds the link fractions and the sinks'
+total for one scale of the source rates, and :func:`settle` moves them for a
+change: a link whose weights changed is solved again, and with its fraction
+every link whose groups cross it, until nothing moves by more than
+``EPSILON``. A change reaches links, never tasks one by one: ten thousand
+dataflows behind one congested link are one group, not ten thousand
+recomputations.
 """
 
 from __future__ import annotations
 
-import heapq
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,9 +37,13 @@ from typing import Protocol
 from wan.flow import UNDAMPED_ROUNDS, vector_from_inputs
 
 Link = tuple[str, str]
+Path = tuple[Link, ...]
+Group = tuple[str, Path]  # a source and the links its data crossed, in order
 EPSILON = 1e-12
-#: A task is recomputed at most this many times per change (as decoupled_rates' rounds).
+#: A link's fraction moves at most this many times per change (as decoupled_rates' rounds).
 ROUNDS = 200
+#: The sinks' total is kept by adding each change's difference; every this many changes it is summed again.
+RECOUNT_EVERY = 1000
 
 
 class Structure(Protocol):
@@ -43,29 +54,7 @@ class Structure(Protocol):
     rates: dict[str, float]
     vectors: dict[str, dict[str, float]]
     readers: dict[str, int]
-    children: dict[str, dict[str, None]]
-    depth: dict[str, int]
     arrivals: dict[tuple[str, str], int]
-    crossing_sites: dict[str, dict[str, None]]
-    link_producers: dict[Link, dict[str, None]]
-
-
-@dataclass
-class BufferedState:
-    """Fractions, reaches, loads and the sinks' total of the running set at ``scale`` times its source rates."""
-
-    scale: float
-    capacity: Callable[[str, str], float]
-    capacities: dict[Link, float] = field(default_factory=dict)
-    frac: dict[Link, float] = field(default_factory=dict)
-    reach: dict[str, dict[str, float]] = field(default_factory=dict)
-    load: dict[Link, float] = field(default_factory=dict)
-    total: float = 0.0
-
-    def link_capacity(self, link: Link) -> float:
-        if link not in self.capacities:
-            self.capacities[link] = self.capacity(*link)
-        return self.capacities[link]
 
 
 @dataclass(frozen=True)
@@ -78,228 +67,291 @@ class NewTask:
     rate_mbps: float
 
 
-class Overlay:
-    """A change on top of ``state``: tasks added (parents first) or one task dropped, and what follows."""
+class Change:
+    """Weights added to or taken from links' loads and the sinks' sum, each with the count of terms it adds."""
 
-    def __init__(self, index: Structure, state: BufferedState) -> None:
-        self.index, self.state = index, state
-        self.sites: dict[str, str] = {}
-        self.inputs: dict[str, tuple[str, ...]] = {}
-        self.vectors: dict[str, dict[str, float]] = {}
-        self.rates: dict[str, float] = {}
-        self.depth: dict[str, int] = {}
-        self.children: dict[str, list[str]] = {}
-        self.extra_readers: dict[str, int] = {}
-        self.crossings: dict[str, dict[str, None]] = {}   # producer -> sites it now also crosses to
-        self.producers: dict[Link, list[str]] = {}        # link -> producers that now also cross it
-        self.dropped: str | None = None
-        self.gone_crossings: set[tuple[str, str]] = set()  # (producer, site) no longer crossed
-        self.frac: dict[Link, float] = {}
-        self.reach: dict[str, dict[str, float] | None] = {}
-        self.load: dict[Link, float] = {}
-        self.before: dict[str, float] = {}  # task -> its contribution as a sink before the change (0: not a sink)
-        self._heap: list[tuple[int, str]] = []
-        self._queued: set[str] = set()
-        self._dirty: dict[Link, None] = {}
+    def __init__(self) -> None:
+        self.links: dict[Link, dict[Group, list]] = {}   # link -> group -> [weight, terms]
+        self.sinks: dict[Group, list] = {}
 
-    # -- the view: the change over the index and the state ------------------------------
+    def cross(self, link: Link, vector: Mapping[str, float], mix: Mapping[Group, float], sign: int) -> None:
+        """A producer (its source vector and path mix) starts (+1) or stops (-1) crossing ``link``."""
+        _add(self.links.setdefault(link, {}), ((group, vector.get(group[0], 0.0) * weight) for group, weight in mix.items()), sign)
 
-    def site(self, task: str) -> str:
-        return self.sites[task] if task in self.sites else self.index.sites[task]
+    def sink(self, rate: Callable[[str], float], vector: Mapping[str, float], mix: Mapping[Group, float], sign: int) -> None:
+        """A task becomes (+1) or stops being (-1) a sink: each source's rate times the share of it that arrives."""
+        _add(self.sinks, ((group, rate(group[0]) * weight) for group, weight in mix.items()
+                          if vector.get(group[0], 0.0) > EPSILON), sign)
 
-    def task_inputs(self, task: str) -> tuple[str, ...]:
-        return self.inputs[task] if task in self.inputs else self.index.inputs[task]
 
-    def vector(self, task: str) -> dict[str, float]:
-        return self.vectors[task] if task in self.vectors else self.index.vectors[task]
-
-    def rate(self, task: str) -> float:
-        return self.rates[task] if task in self.rates else self.index.rates[task]
-
-    def task_depth(self, task: str) -> int:
-        return self.depth[task] if task in self.depth else self.index.depth[task]
-
-    def task_children(self, task: str) -> Iterable[str]:
-        for child in self.index.children.get(task, ()):
-            if child != self.dropped:
-                yield child
-        yield from self.children.get(task, ())
-
-    def readers(self, task: str) -> int:
-        count = self.index.readers.get(task, 0) + self.extra_readers.get(task, 0)
-        return count - (self.index.inputs[self.dropped].count(task) if self.dropped is not None else 0)
-
-    def crossed_sites(self, producer: str) -> Iterable[str]:
-        for site in self.index.crossing_sites.get(producer, ()):
-            if (producer, site) not in self.gone_crossings:
-                yield site
-        yield from self.crossings.get(producer, ())
-
-    def link_producers(self, link: Link) -> Iterable[str]:
-        for producer in self.index.link_producers.get(link, ()):
-            if (producer, link[1]) not in self.gone_crossings:
-                yield producer
-        yield from self.producers.get(link, ())
-
-    def fraction(self, link: Link) -> float:
-        return self.frac[link] if link in self.frac else self.state.frac.get(link, 1.0)
-
-    def task_reach(self, task: str) -> dict[str, float] | None:
-        return self.reach[task] if task in self.reach else self.state.reach.get(task)
-
-    def link_load(self, link: Link) -> float:
-        return self.load[link] if link in self.load else self.state.load.get(link, 0.0)
-
-    def out(self, task: str, reach: Mapping[str, float] | None) -> float:
-        """What ``task`` sends at ``reach`` (Mbps at the state's scale)."""
-        if not reach:
-            return 0.0
-        return sum(full * reach.get(source, 0.0) for source, full in self.vector(task).items()) * self.state.scale
-
-    def contribution(self, task: str, reach: Mapping[str, float] | None) -> float:
-        """What ``task`` delivers as a sink: each source's rate at the scale times the share of it that arrives."""
-        if not reach:
-            return 0.0
-        return sum(self.rate(source) * reach.get(source, 0.0) for source, full in self.vector(task).items()
-                   if full > EPSILON) * self.state.scale
-
-    def is_sink(self, task: str) -> bool:
-        return task != self.dropped and bool(self.task_inputs(task)) and self.readers(task) == 0
-
-    # -- changes ----------------------------------------------------------------------
-
-    def add(self, tasks: Iterable[NewTask]) -> None:
-        """Add ``tasks`` (parents first); ids not in the index or added before are left out of their inputs."""
-        for task in tasks:
-            kept = tuple(parent for parent in task.inputs if parent in self.index.sites or parent in self.sites)
-            self.sites[task.id], self.inputs[task.id], self.rates[task.id] = task.site, kept, task.rate_mbps
-            self.vectors[task.id] = vector_from_inputs(task.id, kept, task.rate_mbps, self.rate, self.vector)
-            self.depth[task.id] = 1 + max((self.task_depth(parent) for parent in kept), default=-1)
-            self.before[task.id] = 0.0
-            for parent in kept:
-                if parent in self.index.sites and parent not in self.before:
-                    self.before[parent] = self.contribution(parent, self.task_reach(parent)) if self.is_sink(parent) else 0.0
-                self.children.setdefault(parent, []).append(task.id)
-                self.extra_readers[parent] = self.extra_readers.get(parent, 0) + 1
-                site = self.site(parent)
-                if site != task.site and task.site not in set(self.crossed_sites(parent)):
-                    self.crossings.setdefault(parent, {})[task.site] = None
-                    link = (site, task.site)
-                    self.producers.setdefault(link, []).append(parent)
-                    self.load[link] = self.link_load(link) + self.out(parent, self.task_reach(parent))
-                    self._dirty[link] = None
-            self._queue(task.id)
-
-    def drop(self, task: str) -> None:
-        """Drop ``task``, which nothing reads."""
-        for parent in self.index.inputs[task]:
-            if parent not in self.before:
-                self.before[parent] = self.contribution(parent, self.task_reach(parent)) if self.is_sink(parent) else 0.0
-        self.before[task] = self.contribution(task, self.task_reach(task)) if self.is_sink(task) else 0.0
-        self.dropped = task
-        site = self.index.sites[task]
-        sent = self.out(task, self.task_reach(task))
-        for other in list(self.index.crossing_sites.get(task, ())):
-            link = (site, other)
-            self.gone_crossings.add((task, other))
-            self.load[link] = self.link_load(link) - sent
-            self._dirty[link] = None
-        inputs = self.index.inputs[task]
-        for parent in dict.fromkeys(inputs):
-            parent_site = self.index.sites[parent]
-            if parent_site != site and self.index.arrivals.get((parent, site), 0) == inputs.count(parent):
-                link = (parent_site, site)
-                self.gone_crossings.add((parent, site))
-                self.load[link] = self.link_load(link) - self.out(parent, self.task_reach(parent))
-                self._dirty[link] = None
-        self.reach[task] = None
-
-    def _queue(self, task: str) -> None:
-        if task not in self._queued:
-            self._queued.add(task)
-            heapq.heappush(self._heap, (self.task_depth(task), task))
-
-    # -- settling ---------------------------------------------------------------------
-
-    def settle(self) -> float:
-        """Propagate the change until nothing moves; returns the sinks' total with it."""
-        visits: dict[str, int] = {}
-        moves: dict[Link, int] = {}
-        while self._heap or self._dirty:
-            while self._heap:
-                _, task = heapq.heappop(self._heap)
-                self._queued.discard(task)
-                visits[task] = visits.get(task, 0) + 1
-                if visits[task] <= ROUNDS:  # as decoupled_rates' rounds: a cycle through links that has not settled
-                    self._recompute(task)
-            for link in list(self._dirty):
-                del self._dirty[link]
-                capacity = self.state.link_capacity(link)
-                load = self.link_load(link)
-                fraction = 1.0 if load <= capacity else (capacity / load if load > 0 else 1.0)
-                if abs(fraction - self.fraction(link)) <= EPSILON:
-                    continue
-                moves[link] = moves.get(link, 0) + 1
-                if moves[link] > UNDAMPED_ROUNDS:  # a loop through links swings: half way (as decoupled_rates)
-                    fraction = (fraction + self.fraction(link)) / 2
-                self.frac[link] = fraction
-                for producer in self.link_producers(link):
-                    for child in self.task_children(producer):
-                        if self.site(child) == link[1]:
-                            self._queue(child)
-        total = self.state.total
-        for task, before in self.before.items():
-            if task == self.dropped:
-                total -= before
-                continue
-            total += (self.contribution(task, self.task_reach(task)) if self.is_sink(task) else 0.0) - before
-        return total
-
-    def _recompute(self, task: str) -> None:
-        inputs = self.task_inputs(task)
-        if not inputs:
-            new = {task: 1.0}
+def _add(target: dict[Group, list], terms: Iterable[tuple[Group, float]], sign: int) -> None:
+    for group, weight in terms:
+        entry = target.get(group)
+        if entry is None:
+            target[group] = [sign * weight, sign]
         else:
-            carried: dict[str, float] = {}
-            arrived: dict[str, float] = {}
-            site = self.site(task)
-            for parent in inputs:
-                parent_site = self.site(parent)
-                hop = 1.0 if parent_site == site else self.fraction((parent_site, site))
-                reach = self.task_reach(parent) or {}
-                for source, full in self.vector(parent).items():
-                    carried[source] = carried.get(source, 0.0) + full
-                    arrived[source] = arrived.get(source, 0.0) + full * reach.get(source, 0.0) * hop
-            new = {source: (arrived[source] / full if full > 0 else 0.0) for source, full in carried.items()}
-        old = self.task_reach(task)
-        if old is not None and all(abs(new.get(s, 0.0) - old.get(s, 0.0)) <= EPSILON for s in new.keys() | old.keys()):
-            return
-        if task not in self.before:  # a running task's first change: what it delivered before, if a sink
-            self.before[task] = self.contribution(task, old) if self.is_sink(task) else 0.0
-        self.reach[task] = new
-        change = self.out(task, new) - self.out(task, old)
-        if abs(change) > EPSILON:
-            site = self.site(task)
-            for other in self.crossed_sites(task):
-                link = (site, other)
-                self.load[link] = self.link_load(link) + change
-                self._dirty[link] = None
-        for child in self.task_children(task):
-            self._queue(child)
+            entry[0] += sign * weight
+            entry[1] += sign
 
-    def commit(self, total: float) -> None:
-        """Write the settled change into the state."""
-        state = self.state
-        state.frac.update(self.frac)
-        for task, reach in self.reach.items():
-            if reach is None:
-                state.reach.pop(task, None)
-            else:
-                state.reach[task] = reach
-        state.load.update(self.load)
-        for link in self.load:
-            if not any(True for _ in self.link_producers(link)):
-                state.load.pop(link, None)
-                state.frac.pop(link, None)
-        state.total = total
 
+class PathModel:
+    """Each task's path mix and, summed over tasks, each link's load weights and the sinks' weights."""
+
+    def __init__(self) -> None:
+        self.mix: dict[str, dict[Group, float]] = {}
+        self.links: dict[Link, dict[Group, list]] = {}       # link -> group -> [weight, terms]
+        self.sinks: dict[Group, list] = {}
+        self.readers: dict[Link, dict[Link, int]] = {}       # link -> links with groups crossing it -> how many
+        self.sink_groups: dict[Link, dict[Group, None]] = {}  # link -> the sinks' groups crossing it
+
+    def apply(self, change: Change) -> None:
+        """Write ``change`` in; a group whose terms all left is forgotten (no rounding residue stays)."""
+        for link, groups in change.links.items():
+            target = self.links.setdefault(link, {})
+            for group, (weight, terms) in groups.items():
+                moved = _merge(target, group, weight, terms)
+                for crossed in dict.fromkeys(group[1]) if moved else ():
+                    readers = self.readers.setdefault(crossed, {})
+                    readers[link] = readers.get(link, 0) + moved  # one per group, however often its path crosses
+                    if not readers[link]:
+                        del readers[link]
+                        if not readers:
+                            del self.readers[crossed]
+            if not target:
+                del self.links[link]
+        for group, (weight, terms) in change.sinks.items():
+            moved = _merge(self.sinks, group, weight, terms)
+            for crossed in dict.fromkeys(group[1]) if moved else ():
+                groups = self.sink_groups.setdefault(crossed, {})
+                if moved > 0:
+                    groups[group] = None
+                else:
+                    del groups[group]
+                    if not groups:
+                        del self.sink_groups[crossed]
+
+
+def _merge(target: dict[Group, list], group: Group, weight: float, terms: int) -> int:
+    """Add a change's entry: 1 if the group arrived, -1 if its last term left (it is forgotten), else 0."""
+    entry = target.get(group)
+    if entry is None:
+        if not terms:
+            return 0
+        target[group] = [weight, terms]
+        return 1
+    entry[0] += weight
+    entry[1] += terms
+    if entry[1] == 0:
+        del target[group]
+        return -1
+    return 0
+
+
+def mix_from_inputs(task_id: str, site: str, inputs: Iterable[str], site_of: Callable[[str], str],
+                    vector_of: Callable[[str], Mapping[str, float]], mix_of: Callable[[str], Mapping[Group, float]]
+                    ) -> dict[Group, float]:
+    """A task's path mix: per source, the paths its data arrives by, each weighted by what that input carries
+    of the source over all the task's inputs carry of it (the weights of a source sum to 1).
+
+    >>> mix_from_inputs("k", "y", ("s", "f"), {"s": "x", "f": "y"}.__getitem__,
+    ...                 {"s": {"s": 3.0}, "f": {"s": 1.0}}.__getitem__, {"s": {("s", ()): 1.0}, "f": {("s", ()): 1.0}}.__getitem__)
+    {('s', (('x', 'y'),)): 0.75, ('s', ()): 0.25}
+    """
+    weighted: dict[Group, float] = {}
+    carried: dict[str, float] = {}
+    any_input = False
+    for parent in inputs:
+        any_input = True
+        parent_site = site_of(parent)
+        hop = (parent_site, site) if parent_site != site else None
+        vector = vector_of(parent)
+        for source, full in vector.items():
+            carried[source] = carried.get(source, 0.0) + full
+        for (source, path), weight in mix_of(parent).items():
+            key = (source, path + (hop,)) if hop else (source, path)
+            weighted[key] = weighted.get(key, 0.0) + vector.get(source, 0.0) * weight
+    if not any_input:
+        return {(task_id, ()): 1.0}
+    return {group: value / carried[group[0]] for group, value in weighted.items()
+            if value > 0 and carried[group[0]] > 0}
+
+
+def adding(index: Structure, model: PathModel, tasks: Iterable[NewTask]) -> tuple[Change, dict[str, dict[Group, float]]]:
+    """The change of adding ``tasks`` (parents first; inputs neither running nor added before are left out) and
+    their path mixes. Neither ``index`` nor ``model`` is changed."""
+    change = Change()
+    sites: dict[str, str] = {}
+    rates: dict[str, float] = {}
+    vectors: dict[str, dict[str, float]] = {}
+    mixes: dict[str, dict[Group, float]] = {}
+    inputs: dict[str, tuple[str, ...]] = {}
+    read: dict[str, int] = {}
+    crossed: set[tuple[str, str]] = set()
+
+    def site_of(task: str) -> str:
+        return sites[task] if task in sites else index.sites[task]
+
+    def rate_of(task: str) -> float:
+        return rates[task] if task in rates else index.rates[task]
+
+    def vector_of(task: str) -> Mapping[str, float]:
+        return vectors[task] if task in vectors else index.vectors[task]
+
+    def mix_of(task: str) -> Mapping[Group, float]:
+        return mixes[task] if task in mixes else model.mix[task]
+
+    for task in tasks:
+        kept = tuple(parent for parent in task.inputs if parent in index.sites or parent in sites)
+        sites[task.id], rates[task.id], inputs[task.id] = task.site, task.rate_mbps, kept
+        vectors[task.id] = vector_from_inputs(task.id, kept, task.rate_mbps, rate_of, vector_of)
+        mixes[task.id] = mix_from_inputs(task.id, task.site, kept, site_of, vector_of, mix_of)
+        for parent in kept:
+            read[parent] = read.get(parent, 0) + 1
+            parent_site = site_of(parent)
+            if parent_site == task.site or (parent, task.site) in crossed or index.arrivals.get((parent, task.site)):
+                continue
+            crossed.add((parent, task.site))
+            change.cross((parent_site, task.site), vector_of(parent), mix_of(parent), +1)
+    for task_id, kept in inputs.items():
+        if kept and task_id not in read:
+            change.sink(rate_of, vectors[task_id], mixes[task_id], +1)
+    for parent in read:
+        if parent in index.sites and index.readers[parent] == 0 and index.inputs[parent]:
+            change.sink(rate_of, index.vectors[parent], model.mix[parent], -1)
+    return change, mixes
+
+
+def dropping(index: Structure, model: PathModel, task: str) -> Change:
+    """The change of dropping ``task``, which nothing reads (so it crosses no link)."""
+    change = Change()
+    site, inputs = index.sites[task], index.inputs[task]
+    rate_of = index.rates.__getitem__
+    if inputs:
+        change.sink(rate_of, index.vectors[task], model.mix[task], -1)
+    for parent in dict.fromkeys(inputs):
+        parent_site, count = index.sites[parent], inputs.count(parent)
+        if parent_site != site and index.arrivals.get((parent, site), 0) == count:
+            change.cross((parent_site, site), index.vectors[parent], model.mix[parent], -1)
+        if index.readers[parent] == count and index.inputs[parent]:
+            change.sink(rate_of, index.vectors[parent], model.mix[parent], +1)
+    return change
+
+
+@dataclass
+class BufferedState:
+    """The link fractions and the sinks' total of the running set at ``scale`` times its source rates."""
+
+    scale: float
+    capacity: Callable[[str, str], float]
+    capacities: dict[Link, float] = field(default_factory=dict)
+    frac: dict[Link, float] = field(default_factory=dict)
+    total: float = 0.0
+    commits: int = 0
+
+    def link_capacity(self, link: Link) -> float:
+        if link not in self.capacities:
+            self.capacities[link] = self.capacity(*link)
+        return self.capacities[link]
+
+    @classmethod
+    def build(cls, model: PathModel, scale: float, capacity: Callable[[str, str], float]) -> "BufferedState":
+        """The state of the whole model, every link solved from full fractions."""
+        state = cls(scale, capacity)
+        state.total = scale * sum(weight for weight, _ in model.sinks.values())
+        frac, total = settle(model, state, Change(), model.links)
+        state.commit(frac, total, model)
+        return state
+
+    def commit(self, frac: Mapping[Link, float], total: float, model: PathModel) -> None:
+        """Write a settled change's fractions and total (after :meth:`PathModel.apply`)."""
+        self.frac.update(frac)
+        for link in frac:
+            if link not in model.links:
+                self.frac.pop(link, None)
+        self.total = total
+        self.commits += 1
+        if self.commits % RECOUNT_EVERY == 0 or not model.sinks:  # the sum kept by differences, summed again
+            self.total = self.scale * sum(weight * _product(group[1], self.frac) for group, (weight, _) in model.sinks.items())
+
+
+def _product(path: Path, frac: Mapping[Link, float]) -> float:
+    value = 1.0
+    for link in path:
+        value *= frac.get(link, 1.0)
+    return value
+
+
+def settle(model: PathModel, state: BufferedState, change: Change, dirty: Iterable[Link]) -> tuple[dict[Link, float], float]:
+    """The fractions that move and the sinks' total with ``change`` on top of ``model`` and ``state`` (neither is
+    changed), solving the ``dirty`` links again and, as their fractions move, the links whose groups cross them."""
+    frac: dict[Link, float] = {}
+    extra: dict[Link, set[Link]] = {}  # readers of a link among the change's groups
+    for link, groups in change.links.items():
+        for _, path in groups:
+            for crossed in dict.fromkeys(path):
+                extra.setdefault(crossed, set()).add(link)
+
+    def fraction(link: Link) -> float:
+        return frac[link] if link in frac else state.frac.get(link, 1.0)
+
+    def product(path: Path) -> float:
+        value = 1.0
+        for link in path:
+            value *= frac[link] if link in frac else state.frac.get(link, 1.0)
+        return value
+
+    queue = deque(dict.fromkeys(dirty))
+    queued = set(queue)
+    moves: dict[Link, int] = {}
+    while queue:
+        link = queue.popleft()
+        queued.discard(link)
+        load = state.scale * _load(model.links.get(link, {}), change.links.get(link), product)
+        capacity = state.link_capacity(link)
+        new = 1.0 if load <= capacity else capacity / load
+        old = fraction(link)
+        if abs(new - old) <= EPSILON:
+            continue
+        moves[link] = moves.get(link, 0) + 1
+        if moves[link] > ROUNDS:  # a cycle through links that has not settled (as decoupled_rates' rounds)
+            continue
+        if moves[link] > UNDAMPED_ROUNDS:  # a loop through links swings: half way (as decoupled_rates)
+            new = (new + old) / 2
+        frac[link] = new
+        for reader in (*model.readers.get(link, ()), *extra.get(link, ())):
+            if reader not in queued:
+                queued.add(reader)
+                queue.append(reader)
+    total = state.total
+    seen: set[Group] = set()
+    for link in frac:
+        for group in model.sink_groups.get(link, ()):
+            if group not in seen:
+                seen.add(group)
+                total += state.scale * model.sinks[group][0] * (product(group[1]) - _product(group[1], state.frac))
+    for group, (weight, terms) in change.sinks.items():
+        known = model.sinks.get(group)
+        if known is not None and known[1] + terms == 0:
+            weight = -known[0]  # the group leaves: take off exactly what it added
+        total += state.scale * weight * product(group[1])
+    return frac, total
+
+
+def _load(groups: Mapping[Group, list], changed: Mapping[Group, list] | None, product: Callable[[Path], float]) -> float:
+    """A link's load at full scale: its groups' weights (with a change's on top) times their products."""
+    load = 0.0
+    if changed is None:
+        for (_, path), (weight, _) in groups.items():
+            load += weight * product(path)
+        return load
+    for group, (weight, terms) in groups.items():
+        delta = changed.get(group)
+        if delta is not None:
+            if terms + delta[1] == 0:
+                continue
+            weight += delta[0]
+        load += weight * product(group[1])
+    for group, (weight, terms) in changed.items():
+        if group not in groups and terms:
+            load += weight * product(group[1])
+    return load

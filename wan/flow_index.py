@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from wan.buffered import BufferedState, NewTask, Overlay
+from wan.buffered import BufferedState, Change, NewTask, PathModel, adding, dropping, settle
 from wan.flow import max_min_throttles, vector_from_inputs
 
 Link = tuple[str, str]
@@ -60,10 +60,8 @@ class FlowIndex:
         self.sink_count: dict[str, int] = {}          # source -> sinks its data reaches
         self.arrivals: dict[tuple[str, str], int] = {}  # (producer, other site) -> its consumers there
         self.link_producers: dict[Link, dict[str, None]] = {}
-        self.children: dict[str, dict[str, None]] = {}
-        self.depth: dict[str, int] = {}
-        self.crossing_sites: dict[str, dict[str, None]] = {}  # producer -> the other sites its stream crosses to
-        self._buffered: dict[float, BufferedState] = {}  # scale -> the running set with buffered hops, once asked for
+        self._paths: PathModel | None = None  # the running set's paths (buffered hops), kept once asked for
+        self._buffered: dict[float, BufferedState] = {}  # scale -> its fractions with buffered hops
         self._coefficients: dict[Link, dict[str, float]] = {}
         self._explained: dict[Link, float] = {}
         self._dirty: set[Link] = set()
@@ -82,14 +80,10 @@ class FlowIndex:
         if task_id in self.sites:
             raise ValueError(f"task {task_id!r} is already in the flow index")
         kept = tuple(parent for parent in inputs if parent in self.sites)
-        for state in self._buffered.values():
-            change = Overlay(self, state)
-            change.add((NewTask(task_id, site, kept, rate_mbps),))
-            change.commit(change.settle())
-        self.children[task_id] = {}
-        self.depth[task_id] = 1 + max((self.depth[parent] for parent in kept), default=-1)
-        for parent in kept:
-            self.children[parent][task_id] = None
+        if self._paths is not None:
+            change, mixes = adding(self, self._paths, (NewTask(task_id, site, kept, rate_mbps),))
+            self._change_buffered(change)
+            self._paths.mix[task_id] = mixes[task_id]
         self.sites[task_id], self.inputs[task_id], self.rates[task_id] = site, kept, rate_mbps
         self.vectors[task_id] = vector_from_inputs(task_id, kept, rate_mbps, self.rates.__getitem__, self.vectors.__getitem__)
         self.readers[task_id] = 0
@@ -111,13 +105,9 @@ class FlowIndex:
         """Forget a task nothing in the index reads any more (a task still read raises ``ValueError``)."""
         if self.readers.get(task_id, 0):
             raise ValueError(f"task {task_id!r} is still read by {self.readers[task_id]} task(s) of the flow index")
-        for state in self._buffered.values():
-            change = Overlay(self, state)
-            change.drop(task_id)
-            change.commit(change.settle())
-        for parent in self.inputs[task_id]:
-            self.children[parent].pop(task_id, None)
-        del self.children[task_id], self.depth[task_id]
+        if self._paths is not None:
+            self._change_buffered(dropping(self, self._paths, task_id))
+            del self._paths.mix[task_id]
         site, kept = self.sites.pop(task_id), self.inputs.pop(task_id)
         vector = self.vectors.pop(task_id)
         del self.rates[task_id], self.readers[task_id]
@@ -139,17 +129,12 @@ class FlowIndex:
     def _cross(self, producer: str, site: str, change: int) -> None:
         link = (self.sites[producer], site)
         producers = self.link_producers.setdefault(link, {})
-        sites = self.crossing_sites.setdefault(producer, {})
         if change > 0:
             producers[producer] = None
-            sites[site] = None
         else:
             del producers[producer]
             if not producers:
                 del self.link_producers[link]
-            del sites[site]
-        if not sites:
-            del self.crossing_sites[producer]
         self._dirty.add(link)
 
     # -- reading ---------------------------------------------------------------------
@@ -229,26 +214,42 @@ class FlowIndex:
 
     def delivered_buffered(self, new: Iterable[NewTask], capacity: Callable[[str, str], float], scale: float = 1.0) -> float:
         """:meth:`delivered` with buffered hops (:mod:`wan.buffered`): a congested crossing slows only what reads
-        it. The running set's state at ``scale`` is built the first time it is asked for and kept up to date by
-        :meth:`add` and :meth:`drop`; a plan is weighed where its change reaches. Built again if a link's
-        ``capacity`` (what is left of it for these streams) changed since. The index itself is not changed."""
+        it. The running set's paths are gathered the first time they are asked for and kept up to date by
+        :meth:`add` and :meth:`drop`, and so are its link fractions at each ``scale`` asked for; a plan is weighed
+        on the links its change reaches. The fractions are solved again if a link's ``capacity`` (what is left
+        of it for these streams) changed since. The index itself is not changed."""
+        paths = self.paths()
         state = self._buffered.get(scale)
         if state is None or any(abs(capacity(*link) - known) > 1e-9 for link, known in state.capacities.items()):
-            state = self._buffered[scale] = self._build(scale, capacity)
+            state = self._buffered[scale] = BufferedState.build(paths, scale, capacity)
         state.capacity = capacity
-        change = Overlay(self, state)
-        change.add(new)
-        return round(change.settle(), 9)
+        change, _ = adding(self, paths, new)
+        _, total = settle(paths, state, change, change.links)
+        return round(total, 9)
 
-    def _build(self, scale: float, capacity: Callable[[str, str], float]) -> BufferedState:
-        """The buffered state of the running set, task by task (parents first) as if each were added now."""
-        state = BufferedState(scale, capacity)
-        order = sorted(self.sites, key=self.depth.__getitem__)
+    def paths(self) -> PathModel:
+        """The running set's paths (:class:`wan.buffered.PathModel`), gathered the first time they are asked for
+        and kept up to date from then on; read only."""
+        if self._paths is None:
+            self._paths = self._gather()
+        return self._paths
+
+    def _change_buffered(self, change: Change) -> None:
+        """Settle every kept scale's fractions with ``change``, then write it into the paths."""
+        assert self._paths is not None
+        settled = [(state, *settle(self._paths, state, change, change.links)) for state in self._buffered.values()]
+        self._paths.apply(change)
+        for state, frac, total in settled:
+            state.commit(frac, total, self._paths)
+
+    def _gather(self) -> PathModel:
+        """The running set's paths, task by task as if each were added now (in the order they were: parents first)."""
+        paths = PathModel()
         empty = FlowIndex()
-        empty._buffered[scale] = state
-        for task_id in order:
+        empty._paths = paths
+        for task_id in self.sites:
             empty.add(task_id, self.sites[task_id], self.inputs[task_id], self.rates[task_id])
-        return state
+        return paths
 
 
 class _Chain:

@@ -95,7 +95,7 @@ class _WanDoc(BaseModel):
     default_source_mbps: float = Field(1.0, ge=0, allow_inf_nan=False)
     replacement: _ReplacementDoc | None = None
     policy: Literal["sana", "net", "max-share"] = "sana"
-    hops: Literal["buffered", "backpressure"] = "backpressure"
+    hops: Literal["buffered", "backpressure"] = "buffered"
 
 
 #: The top-level fields of a WAN configuration document (the Helm chart's values schema lists the same).
@@ -154,10 +154,10 @@ class WanConfig:
     #: How queries are planned: ``sana`` (the product), or a baseline for comparisons on a real runtime:
     #: ``net`` (no sharing, WAN-aware placement), ``max-share`` (every share, no bandwidth checks).
     policy: str = "sana"
-    #: The flow model plans are weighed with: ``backpressure`` (the paper's model) or ``buffered`` (Kafka topics
-    #: between queries: a congested crossing slows only what reads it, as Sana's runtime behaves; its weighing
-    #: grows with congested running sets, docs/wan.md).
-    hops: str = "backpressure"
+    #: The flow model plans are weighed with: ``buffered`` (the default: queries are linked by Kafka topics, so a
+    #: congested crossing slows only what reads it, as Sana's runtime behaves) or ``backpressure`` (the paper's: a
+    #: congested crossing holds back its sources and every query reading them; docs/wan.md).
+    hops: str = "buffered"
 
     @property
     def site_names(self) -> tuple[str, ...]:
@@ -230,7 +230,7 @@ class WanConfig:
             result["replacement"] = {"utilization": self.replace_above, "check_every_s": self.check_every_s}
         if self.policy != "sana":
             result["policy"] = self.policy
-        if self.hops != "backpressure":
+        if self.hops != "buffered":
             result["hops"] = self.hops
         return result
 

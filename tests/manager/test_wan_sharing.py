@@ -123,7 +123,7 @@ def test_a_refusal_that_would_press_the_wan_harder_is_overruled_and_reported(man
         {"from": "src", "to": "H2", "bandwidth_mbps": 4, "latency_ms": 30},
         {"from": "P", "to": "H2", "bandwidth_mbps": 4, "latency_ms": 20},
     ]
-    manager.set_wan(scarce)
+    manager.set_wan({**scarce, "hops": "backpressure"})
     first = manager.submit(hot("a", "P", "one"))
     second = manager.submit(hot("b", "H2", "two"))
     assert second.reused == ["src", "hot"] and second.not_shared == []
@@ -132,17 +132,19 @@ def test_a_refusal_that_would_press_the_wan_harder_is_overruled_and_reported(man
     assert [(item["kind"], item["link"], item["needed_mbps"], item["available_mbps"]) for item in overruled] == [
         ("IN-OP", {"from": "P", "to": "H2"}, 8.0, 4.0), ("IN", {"from": "P", "to": "H2"}, 8.0, 4.0)]
     assert second.to_dict()["placement"]["hot"]["overruled"] == overruled
-    # why: by the flow model, taking the share delivers 16 Mbps of the sources to the sinks, the refusal 8
+    # why: by the paper's flow model (backpressure), taking the share delivers 16 Mbps of the sources to the
+    # sinks, the refusal 8
     weighing = second.to_dict()["weighing"]
     assert (weighing["kept"], weighing["deciding"]) == ("every share", "delivered_mbps")
     assert (weighing["algorithm_1"]["delivered_mbps"], weighing["every_share"]["delivered_mbps"]) == (8.0, 16.0)
-    # with buffered hops src -> P delivers 10 of the 16 Mbps to P either way; the share then sends the filter's 5
-    # over P -> H2 (4: 8 of the source's 16 reach H2), the refusal's copy reads the raw stream over src -> H2 (4 of
-    # 16): 18 Mbps against 14, the same choice
+    # with buffered hops (the default) src -> P delivers 10 of the 16 Mbps to P either way; the share then sends
+    # the filter's 5 over P -> H2 (4: 8 of the source's 16 reach H2), the refusal's copy reads the raw stream over
+    # src -> H2 (4 of 16): 18 Mbps against 14, the same choice
     assert first.to_dict()["weighing"]["kept"] == "algorithm 1" and first.weighing["deciding"] is None, "nothing to share"
     check_wan_state(manager.state, {first.id: hot("a", "P", "one"), second.id: hot("b", "H2", "two")})
     manager.remove(second.id)
-    manager.set_wan({**scarce, "hops": "buffered"})
+    manager.set_wan(scarce)
+    assert "hops" not in manager.wan(), "the default is not written out"
     again = manager.submit(hot("b", "H2", "two"))
     weighed = again.to_dict()["weighing"]
     assert (weighed["kept"], weighed["algorithm_1"]["delivered_mbps"], weighed["every_share"]["delivered_mbps"]) == (
@@ -292,12 +294,12 @@ def test_replacement_carried_out_unshares_over_the_hot_link_and_keeps_the_datafl
     assert made.remove(second.id).terminated  # it is removed like any dataflow, by the id it always had
 
 
-def two_over_the_hot_link(redis_client, state_prefix):
+def two_over_the_hot_link(redis_client, state_prefix, hops: str = "buffered"):
     """As :func:`planned_unsharing`, with a third dataflow at H2 sharing the filter at P too (P -> H2 at 1.2)."""
     runtime = MeasuringRuntime(redis_client, state_prefix)
     made = Manager(redis_client, state_prefix, runtime)
     made.start()
-    made.set_wan(json.loads(json.dumps(THREE_SITES)))
+    made.set_wan({**json.loads(json.dumps(THREE_SITES)), "hops": hops})
     first_document = hot("a", "H3", "one")
     first_document["tasks"][1]["site"] = "P"
     first = made.submit(first_document)
@@ -353,10 +355,11 @@ def test_a_dataflow_that_cannot_be_planned_again_stays_as_it_is(redis_client, st
     assert made.state.tasks == before  # a plan only
 
 
-def test_the_others_are_still_planned_together_when_one_cannot_be(redis_client, state_prefix, monkeypatch):
+@pytest.mark.parametrize("hops", ["buffered", "backpressure"])
+def test_the_others_are_still_planned_together_when_one_cannot_be(redis_client, state_prefix, monkeypatch, hops):
     """A fourth dataflow over P -> H2 (its own filter pinned at P) cannot be planned again: it stays as it is,
     and the second and third still come off P -> H2 together."""
-    made, first, second, third = two_over_the_hot_link(redis_client, state_prefix)
+    made, first, second, third = two_over_the_hot_link(redis_client, state_prefix, hops)
     sink, cold = task("out", "sink", topic="d"), task("cold", "filter", expr="temp < -30")
     sink["site"], cold["site"] = "H2", "P"
     fourth = made.submit(chain(source(), cold, sink, name="four"))
@@ -366,13 +369,15 @@ def test_the_others_are_still_planned_together_when_one_cannot_be(redis_client, 
     assert plan["planned"] == "together" and plan["left_out"] == [fourth.id]
     rows = {row["dataflow"]: row for row in plan["dataflows"]}
     assert rows[fourth.id]["moves"] == [] and rows[fourth.id]["error"]["culprit"] == {"task": "cold"}
-    # Each is planned privately (its own reader of urban and its own filter): the fourth's stream keeps
-    # P -> H2 saturated and its backpressure holds back the shared reader, so a reader of their own delivers
-    # more. Before the private plan was weighed, both moved to one new filter at H2 reading the shared reader.
     moved_second = {move["task"]: move for move in rows[second.id]["moves"]}
     moved_third = {move["task"]: move for move in rows[third.id]["moves"]}
     assert moved_second["hot"]["to"]["site"] == "H2" and moved_third["hot"]["to"]["site"] != "P"
-    assert moved_second["src"]["to"]["new"] is True and moved_third["src"]["to"]["new"] is True
+    if hops == "buffered":  # the fourth's stream keeps P -> H2 saturated, which slows only what reads it there:
+        # both move to one new filter at H2 reading the shared reader of urban
+        assert set(moved_second) == set(moved_third) == {"hot"}
+        assert moved_second["hot"]["to"]["running_task"] == moved_third["hot"]["to"]["running_task"]
+    else:  # with backpressure that saturation would hold back the shared reader: each gets a reader of its own
+        assert moved_second["src"]["to"]["new"] is True and moved_third["src"]["to"]["new"] is True
     assert fourth.tasks["cold"] not in plan["stop"] and first.tasks["hot"] not in plan["stop"]
 
 
@@ -555,7 +560,8 @@ def test_a_task_whose_input_has_no_site_does_not_break_the_weighing(manager):
 
 
 # Grid (4 Mbps) at asia, urban (10 Mbps) at us; the compute sites joined by 2 Mbps links.
-APART = {  # the paper's backpressure (the default) plans the private dataflow apart; buffered hops share its reader
+APART = {  # the paper's backpressure plans the private dataflow apart; buffered hops (the default) share its reader
+    "hops": "backpressure",
     "sites": [{"name": "eu", "compute": False}, "us", "asia", "sa"],
     "links": [{"from": "eu", "to": site, "bandwidth_mbps": 200, "latency_ms": 5} for site in ("us", "asia", "sa")]
     + [{"from": a, "to": b, "bandwidth_mbps": 2, "latency_ms": 5} for a, b in (("us", "asia"), ("us", "sa"), ("asia", "sa"))],
@@ -593,12 +599,12 @@ def _apart(manager) -> dict[str, dict]:
     return submitted
 
 
-def test_with_buffered_hops_the_reader_backpressure_would_copy_is_shared(manager):
+def test_with_buffered_hops_the_default_the_reader_backpressure_would_copy_is_shared(manager):
     """The private dataflow ships urban to sa over a thin link. With backpressure that throttle would hold back
     urban's reader for the other dataflow too, so it gets a reader of its own (and grid's is copied with it:
     :func:`_apart`); with buffered hops only the crossing to sa lags, and one reader of each serves both."""
-    manager.set_wan({**APART, "hops": "buffered"})
-    assert manager.wan()["hops"] == "buffered"
+    manager.set_wan({key: value for key, value in APART.items() if key != "hops"})  # the default: buffered
+    assert "hops" not in manager.wan()
     submitted = {manager.submit(document).id: document for document in _shared_and_private()}
     readers = sorted(spec.config["topic"] for spec in manager.state.tasks.values() if spec.type == "source")
     assert readers == ["grid", "urban"]
