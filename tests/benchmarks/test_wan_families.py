@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from benchmarks import wan_families
+from benchmarks import wan_behind, wan_families
 from wan_sim.scenario import parse_scenario
 
 
@@ -55,3 +55,16 @@ def test_the_families_vary_what_they_name():
 
 def json_key(task):
     return task["config"]["keep"], task["config"]["own"]
+
+
+def test_a_case_behind_max_share_is_traced_to_the_copy_kept_before_it():
+    """bursty, seed 4, links x0.3, 4 queries, scored and weighed with buffered hops: Sana keeps Algorithm 1's
+    refusal for the second query (it delivers more then), and falls behind Max-Share after the third. Until
+    that first other plan, Sana placed as Max-Share does: their totals are equal query by query."""
+    case = {"family": "bursty", "seed": 4, "scale": 0.3, "share": 0.25, "queries": 4}
+    trace = wan_behind.replay(case, "max-share", decoupled=True, weigh_buffered=True)
+    (first,) = trace["differing_decisions"]
+    assert (first["query"], first["kept"], first["deciding"]) == (2, "algorithm 1", "delivered_mbps")
+    assert first["kept_pct"] > 0 and trace["first_behind_after_query"] == 3 and trace["cause"] == "greedy refusal"
+    assert trace["totals_rps"][0][0] == trace["totals_rps"][0][1]
+    assert trace["behind_pct"] < 0 and trace["losing_queries"]
