@@ -277,20 +277,24 @@ def _select_container(state: State, task: Task, parent: str, _: Schema) -> tuple
 
 def _window_container(state: State, task: Task, parent: str,
                       output: Schema) -> tuple[TaskSpec, dict[str, Any], dict[str, Any] | None] | None:
-    """The first running tumbling ``window_aggregate`` over ``parent`` that ``task`` (tumbling too) rolls up: the same
-    keys, time column and watermark, a window that divides ``task``'s, and every aggregate derivable from the running
-    one's output (:func:`rolled_up`). The residual is a window aggregate over the running one's output with the new
-    window, on ``window_start``, with a watermark delay of 1 ms (docs/containment.md says why that loses nothing and
-    when the results equal the task's own); where an ``avg`` is wanted, a select after it divides its sum by its
-    count (the third value, its config; else None)."""
+    """The first running tumbling ``window_aggregate`` over ``parent`` that ``task`` rolls up: the same keys, time
+    column and watermark, a window that divides ``task``'s window and, if ``task`` slides, its slide too, and every
+    aggregate derivable from the running one's output (:func:`rolled_up`). The residual is a window aggregate over
+    the running one's output with the new window (and slide), on ``window_start``, with a watermark delay of 1 ms
+    (docs/containment.md says why that loses nothing and when the results equal the task's own); where an ``avg``
+    is wanted, a select after it divides its sum by its count (the third value, its config; else None).
+
+    A sliding window of W every S is the union of the running windows of g (g dividing W and S) that start in
+    it: windows start at multiples of their slide, so each small window lies wholly inside or wholly outside."""
     config = task.config
-    if config.get("slide") not in (None, config["window"]):
-        return None
+    window_ms = duration_ms(config["window"])
+    slide_ms = duration_ms(config["slide"]) if config.get("slide") else window_ms
     for spec in _readers(state, parent, "window_aggregate"):
         theirs = spec.config
+        small_ms = duration_ms(theirs["window"])
         if (theirs.get("slide") not in (None, theirs["window"]) or theirs["keys"] != config["keys"]
                 or theirs["time_column"] != config["time_column"] or theirs["watermark"] != config["watermark"]
-                or duration_ms(config["window"]) % duration_ms(theirs["window"])):
+                or window_ms % small_ms or slide_ms % small_ms):
             continue
         derived = rolled_up(config["aggregates"], theirs["aggregates"], [*config["keys"], *WINDOW_COLUMNS])
         if derived is None:
@@ -298,7 +302,8 @@ def _window_container(state: State, task: Task, parent: str,
         aggregates, finish = derived
         rollup = {**without_runtime_keys(config), "time_column": "window_start", "watermark": "1 milliseconds",
                   "aggregates": aggregates}
-        rollup.pop("slide", None)
+        if slide_ms == window_ms:
+            rollup.pop("slide", None)
         try:
             model = WINDOW_AGGREGATE.config_model.model_validate(rollup)
             rolled = WINDOW_AGGREGATE.output_schema(model, {"in": [spec.schema]})

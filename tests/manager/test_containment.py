@@ -30,14 +30,16 @@ SCHEMA = {"sensor": "string", "temp": "double", "humidity": "double", "ts": "tim
 DERIVED = {"sensor": "sensor", "f": "temp * 9 / 5 + 32", "wet": "humidity > 60", "ts": "ts", "t": "temp"}
 
 
-def chain(name: str, expr: str | None, columns: list[str] | None, window: str | None, aggregates: dict | None) -> dict:
+def chain(name: str, expr: str | None, columns: list[str] | None, window: str | None, aggregates: dict | None,
+          slide: str | None = None) -> dict:
     tasks = [{"id": "src", "type": "source", "config": {"topic": "readings", "schema": dict(SCHEMA)}}]
     streams = []
     last = "src"
     for task_id, item in (("keep", expr and task("keep", "filter", expr=expr)),
                           ("proj", columns and task("proj", "select", columns={c: DERIVED[c] for c in columns})),
                           ("win", window and task("win", "window_aggregate", keys=["sensor"], time_column="ts",
-                                                  window=window, watermark="5 seconds", aggregates=aggregates))):
+                                                  window=window, watermark="5 seconds", aggregates=aggregates,
+                                                  **({"slide": slide} if slide else {})))):
         if item:
             tasks.append(item)
             streams.append(stream(last, task_id))
@@ -54,15 +56,18 @@ def dataflows(draw, index: int) -> dict:
                                  "temp BETWEEN 20 AND 40"]))
     columns = draw(st.sampled_from([None, None, ["sensor", "ts", "t"], ["sensor", "ts", "f", "t"], ["sensor", "ts", "f"],
                                     ["sensor", "ts", "wet", "t"]]))
-    window = aggregates = None
+    window = aggregates = slide = None
     if draw(st.booleans()):
         window = draw(st.sampled_from(["10 seconds", "10 seconds", "30 seconds", "1 minute", "2 minutes"]))
+        if window != "10 seconds":  # sliding by a multiple of 10 s rolls up a running 10 s window; by 15 s it cannot
+            slide = draw(st.sampled_from([None, None, "10 seconds", "20 seconds", "15 seconds"]))
+            slide = None if slide == "20 seconds" and window == "30 seconds" else slide
         value = "t" if columns and "t" in columns else "temp" if not columns else None
         pool = {"n": "count(*)", **({"hi": f"max({value})", "lo": f"min({value})", "s": f"sum({value})",
                                      "c": f"count({value})", "m": f"avg({value})"} if value else {})}
         chosen = draw(st.lists(st.sampled_from(sorted(pool)), min_size=1, max_size=len(pool), unique=True))
         aggregates = {name: pool[name] for name in chosen}
-    return chain(f"df{index}", expr, columns, window, aggregates)
+    return chain(f"df{index}", expr, columns, window, aggregates, slide)
 
 
 @st.composite
@@ -177,6 +182,26 @@ def test_a_longer_window_rolls_up_a_running_one(make_manager):
     assert not_derivable.contained == []
     not_a_multiple = manager.submit(chain("odd", None, None, "15 seconds", {"n": "count(*)"}))
     assert not_a_multiple.contained == []
+
+
+def test_a_sliding_window_rolls_up_a_running_tumbling_one(make_manager):
+    """A 1-minute window every 20 s is the union of the running 10 s windows starting in it; every 15 s it is not
+    (a 10 s window would straddle its edges), and a running sliding window is never rolled up (its rows overlap)."""
+    manager = make_manager()
+    short = manager.submit(chain("short", None, None, "10 seconds", {"n": "count(*)", "hi": "max(temp)"}))
+    sliding = manager.submit(chain("sliding", None, None, "1 minute", {"count": "count(*)"}, slide="20 seconds"))
+    (share,) = sliding.contained
+    assert (share["task"], share["reads"], share["kind"]) == ("win", short.tasks["win"], "window_aggregate")
+    residual = share["residual"]
+    assert (residual["window"], residual["slide"], residual["time_column"]) == ("60 seconds", "20 seconds", "window_start")
+    assert residual["aggregates"] == {"count": "SUM(n)"}
+    assert manager.submit(chain("straddling", None, None, "1 minute", {"n": "count(*)"}, slide="15 seconds")).contained == []
+    over_sliding = manager.submit(chain("over", "temp > -100", None, "20 seconds", {"n": "count(*)"}, slide="10 seconds"))
+    assert over_sliding.contained == []
+    longer = manager.submit(chain("longer", "temp > -100", None, "40 seconds", {"n": "count(*)"}))
+    assert longer.contained == [] and longer.reused == ["src", "keep"]
+    manager.remove(short.id)
+    assert manager.state.tasks[sliding.tasks["win"]].type == "window_aggregate", "the roll-up outlives the wider task's owner"
 
 
 def test_an_average_rolls_up_as_a_sum_over_a_count(make_manager):

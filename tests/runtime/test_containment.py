@@ -209,13 +209,30 @@ def window_rows(records: list[dict], size: int, last_end: int, names: tuple[str,
     return rows
 
 
+def sliding_rows(records: list[dict], size: int, slide: int, last_end: int, names: tuple[str, ...]) -> list[dict]:
+    """As :func:`window_rows`, for windows of ``size`` s starting every ``slide`` s (each record in every window
+    that holds it, windows starting before the first record included)."""
+    groups: dict[tuple[str, int], list[float]] = {}
+    for record in records:
+        moment = int(record["humidity"])
+        start = moment // slide * slide
+        while start + size > moment:
+            if start + size <= last_end:
+                groups.setdefault((record["sensor"], start), []).append(record["temp"])
+            start -= slide
+    every = {name: value for name, value in (("n", len), ("hi", max), ("s", sum))}
+    return [{"sensor": sensor, "window_start": iso(start), "window_end": iso(start + size),
+             **{name: every[name](temps) for name in names}} for (sensor, start), temps in groups.items()]
+
+
 @pytest.mark.kafka
 @pytest.mark.redis
 @pytest.mark.slow
 def test_a_rolled_up_window_gives_what_it_gives_alone(manager_factory, kafka_bootstrap, topic_factory):
     """In-order input (each record within the watermark of its 10 s window): the 30 s windows read from the 10 s
     ones equal the 30 s windows computed from the records (sums of whole-number temperatures: exact; the average
-    is the same sum over the same count, divided once). The average runs as a select after the roll-up."""
+    is the same sum over the same count, divided once). The average runs as a select after the roll-up. So do
+    30 s windows every 10 s, rolled up from the same 10 s windows."""
     manager = manager_factory(trigger_s=0.5)
     urban = topic_factory("urban")
     short_names, long_names = ("n", "hi", "s", "c"), ("n", "hi", "s", "m")
@@ -224,6 +241,11 @@ def test_a_rolled_up_window_gives_what_it_gives_alone(manager_factory, kafka_boo
     long = manager.submit(windowed("long", urban, f"{urban}-long", "30 seconds", {n: aggregates[n] for n in long_names}))
     (share,) = long.contained
     assert (share["kind"], share["reads"]) == ("window_aggregate", short.tasks["win"]) and share["finish"]
+    sliding_document = windowed("sliding", urban, f"{urban}-sliding", "30 seconds", {n: aggregates[n] for n in ("n", "hi", "s")})
+    sliding_document["tasks"][1]["config"]["slide"] = "10 seconds"
+    sliding = manager.submit(sliding_document)
+    (share,) = sliding.contained
+    assert (share["reads"], share["residual"]["slide"]) == (short.tasks["win"], "10 seconds")
     records = urban_records(0, 300)
     for start in range(0, 300, 50):  # several micro-batches, in event-time order
         produce(kafka_bootstrap, urban, records[start:start + 50])
@@ -233,8 +255,14 @@ def test_a_rolled_up_window_gives_what_it_gives_alone(manager_factory, kafka_boo
     received = wait_for(lambda: (got := values(read_all(kafka_bootstrap, f"{urban}-long"))) and len(got) >= len(expected_long)
                         and got, 120, "the rolled-up windows", lambda: raise_dead_queries(manager))
     assert multiset(received) == multiset(expected_long)
+    # a sliding window [a, a + 30) closes as the 30 s ones do: once a 10 s window starting at or after its end is out
+    expected_sliding = sliding_rows(records, 30, 10, 270, ("n", "hi", "s"))
+    received = wait_for(lambda: (got := values(read_all(kafka_bootstrap, f"{urban}-sliding")))
+                        and len(got) >= len(expected_sliding) and got, 120, "the rolled-up sliding windows",
+                        lambda: raise_dead_queries(manager))
+    assert multiset(received) == multiset(expected_sliding)
     wait_sink(manager, kafka_bootstrap, f"{urban}-short", window_rows(records, 10, 290, short_names))
     # what the broker's retention may not delete: the source's records from where a query has processed them
     # (it read them all, up to the last micro-batch), and no sink topic, which no query reads
     positions = manager.runtime.read_positions()
-    assert 0 < positions[urban][0] <= 300 and not {f"{urban}-short", f"{urban}-long"} & set(positions)
+    assert 0 < positions[urban][0] <= 300 and not {f"{urban}-short", f"{urban}-long", f"{urban}-sliding"} & set(positions)
