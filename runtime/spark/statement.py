@@ -117,28 +117,31 @@ class Statement:
                 views.append(view)
                 define(task.id, f"SELECT * FROM {view}")
 
-            # First what no keyed output feeds; then one job answers the scans of the keyed operators it feeds
-            # (a window's largest event time), instead of a job per operator; then the rest, in plan order.
-            after_keyed = downstream_of_keyed(plan.tasks, keyed)
-            for task in plan.tasks:
-                if task.id not in keyed and task.id not in after_keyed:
-                    build(task)
-            scans: dict[str, tuple[str, list[str]]] = {}
-            for task in plan.tasks:
-                if task.id in keyed and task.id not in after_keyed:
-                    inputs = inputs_of(task)
-                    bare = {port: [f"SELECT * FROM {name}" for name in sources] for port, sources in inputs.items()}
-                    query = keyed[task.id].scan_sql(bare, states.get(task.id) or keyed[task.id].initial_state())
-                    if query is not None:
-                        scans[task.id] = (query, [name for sources in inputs.values() for name in sources])
-            scanned: dict[str, Any] = {}
-            if scans:
-                reads = [name for _, names_read in scans.values() for name in names_read]
-                row = session.sql(ctes.statement(max_of_each([query for query, _ in scans.values()]), reads)).first()
-                scanned = dict(zip(scans, row))
-            for task in plan.tasks:
-                if task.id not in names:
-                    build(task, scanned.get(task.id, NOT_SCANNED))
+            # In layers: first what no keyed output feeds; then one job answers the scans of the keyed operators
+            # whose inputs are built (a window's largest event time), instead of a job per operator; then what
+            # their outputs feed, and one job for the keyed operators of the next layer (roll-ups over a window,
+            # docs/containment.md), and so on.
+            depth = keyed_depths(plan.tasks, keyed)
+            for layer in range(max(depth.values(), default=0) + 1):
+                for task in plan.tasks:
+                    if depth[task.id] == layer and task.id not in keyed:
+                        build(task)
+                scans: dict[str, tuple[str, list[str]]] = {}
+                for task in plan.tasks:
+                    if depth[task.id] == layer and task.id in keyed:
+                        inputs = inputs_of(task)
+                        bare = {port: [f"SELECT * FROM {name}" for name in sources] for port, sources in inputs.items()}
+                        query = keyed[task.id].scan_sql(bare, states.get(task.id) or keyed[task.id].initial_state())
+                        if query is not None:
+                            scans[task.id] = (query, [name for sources in inputs.values() for name in sources])
+                scanned: dict[str, Any] = {}
+                if scans:
+                    reads = [name for _, names_read in scans.values() for name in names_read]
+                    row = session.sql(ctes.statement(max_of_each([query for query, _ in scans.values()]), reads)).first()
+                    scanned = dict(zip(scans, row))
+                for task in plan.tasks:
+                    if depth[task.id] == layer and task.id in keyed:
+                        build(task, scanned.get(task.id, NOT_SCANNED))
             union = " UNION ALL ".join(encode_sql(names[task_id], topic) for task_id, topic in plan.outputs)
             output = session.sql(ctes.statement(union, [names[task_id] for task_id, _ in plan.outputs]))
             headers = [("sana.writer", self.id.encode()), ("sana.run", self.run.encode()), ("sana.batch", str(batch_id).encode())]
@@ -255,16 +258,16 @@ class Ctes:
         return f"WITH {', '.join(clauses)} {query}" if clauses else query
 
 
-def downstream_of_keyed(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any]) -> set[str]:
-    """Ids of the tasks (in plan order) that read a keyed task's output, directly or not.
+def keyed_depths(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any]) -> dict[str, int]:
+    """Each task's layer (``tasks`` in plan order): the most keyed tasks on a path from a source to its inputs.
+    A layer's keyed tasks read only tasks of their layer or before it, so their scans can run as one job.
 
     >>> from types import SimpleNamespace as T
-    >>> downstream_of_keyed([T(id="s", inputs=[]), T(id="w", inputs=[("in", "s")]), T(id="f", inputs=[("in", "w")]),
-    ...               T(id="g", inputs=[("in", "s")])], {"w": object()})
-    {'f'}
+    >>> keyed_depths([T(id="s", inputs=[]), T(id="w", inputs=[("in", "s")]), T(id="f", inputs=[("in", "w")]),
+    ...               T(id="r", inputs=[("in", "f")]), T(id="g", inputs=[("in", "s")])], {"w": object(), "r": object()})
+    {'s': 0, 'w': 0, 'f': 1, 'r': 1, 'g': 0}
     """
-    after: set[str] = set()
+    depth: dict[str, int] = {}
     for task in tasks:
-        if any(parent in keyed or parent in after for _, parent in task.inputs):
-            after.add(task.id)
-    return after
+        depth[task.id] = max((depth[parent] + (parent in keyed) for _, parent in task.inputs if parent in depth), default=0)
+    return depth

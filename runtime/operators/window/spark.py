@@ -3,8 +3,9 @@
 Per micro-batch:
 
 1. A small job finds the batch's largest event time (one number to the
-   driver; one job for all the windows of a fragment that read no keyed
-   output, :meth:`WindowAggregate.scan_sql`), which gives the watermark
+   driver; one job for all the windows of a fragment in one layer: those
+   that read no keyed output, those that read one, and so on,
+   :meth:`WindowAggregate.scan_sql`), which gives the watermark
    after the batch: max(event time seen) - ``watermark``. The watermark in
    force when the batch starts closes the windows that end at or before it.
 2. The rows (keys, event time, one input column per partial aggregate) are
