@@ -4,8 +4,8 @@ The workload is built like the RIoT construction of docs/reuse.md, but each data
 (docs/containment.md, "The workload"): 70 % are apps reading one of three sensor streams (temperature,
 humidity, light, dust, air quality, each uniform over its range) that keep readings above a threshold of one
 column (drawn from a realistic range, rounded to a step, so some apps agree exactly and most do not), half of
-them with a projection of derived columns and a view of two; 30 % are per-sensor dashboards, tumbling windows
-of 10 s to 5 min with some of count/max/min/sum. Variants:
+them with a projection of derived columns and a view of two; 30 % are per-sensor dashboards, windows of 10 s
+to 5 min with some of count/max/min/sum, half of those of a minute or more sliding by 10 or 30 s. Variants:
 
 - ``exact``: Sana with exact sharing only (``SANA_CONTAINMENT=false``);
 - ``containment``: with containment on.
@@ -17,6 +17,7 @@ dataflows with containment on and off (in process, Manager + DryRunRuntime on th
     .venv/bin/python -m benchmarks.containment --apps 200 --levels 100,1000,10000 --probes 200
     .venv/bin/python -m benchmarks.containment --real 10     # the real runtime: cores, containment off then on
     .venv/bin/python -m benchmarks.containment --real 6 --real-workload dashboards --rate 500
+    .venv/bin/python -m benchmarks.containment --real 6 --real-workload sliding --rate 500
     .venv/bin/python -m benchmarks.containment --report      # tables into docs/containment.md, docs/img/containment.png
 """
 
@@ -50,7 +51,9 @@ DERIVED = {"sensor": "sensor", "temp_f": "temp * 9 / 5 + 32", "comfort": "humidi
            "bright": "light > 500", "dusty": "dust / 10", "ts": "ts"}
 STREAMS = ("city-a", "city-b", "city-c")
 WINDOWS = ("10 seconds", "30 seconds", "1 minute", "2 minutes", "5 minutes")
+SLIDES = ("10 seconds", "30 seconds")
 DASHBOARDS = 0.3
+SLIDING = 0.5  # of the dashboards over a minute or more
 RATE = 50.0  # records/s per stream, in the real-runtime run and the records-read estimate
 SENSORS = 50
 
@@ -82,18 +85,26 @@ def app(rng: random.Random, index: int, salt: str, dense: bool = False) -> dict[
 
 
 def dashboard(rng: random.Random, index: int, salt: str, dense: bool = False) -> dict[str, Any]:
-    """A per-sensor dashboard: a tumbling window of 10 s to 5 min over one stream, some of count/max/min/sum."""
+    """A per-sensor dashboard: a window of 10 s to 5 min over one stream, some of count/max/min/sum; half of the
+    windows of a minute or more slide (the last minutes, updated every 10 or 30 s)."""
     topic = STREAMS[0] if dense else rng.choice(STREAMS)
     column = rng.choice(list(COLUMNS)[:2])
     pool = {"n": "count(*)", "hi": f"max({column})", "lo": f"min({column})", "s": f"sum({column})"}
     chosen = ["n", *rng.sample(["hi", "lo", "s"], rng.randint(1, 3))]
     window = rng.choice(WINDOWS)
-    return {"name": f"dash{index}", "tasks": [
+    slide = rng.choice(SLIDES) if duration_ms(window) >= 60_000 and rng.random() < SLIDING else None
+    return dashboard_document(f"dash{index}", topic, window, {name: pool[name] for name in chosen},
+                              f"{salt}-dash{index}", slide)
+
+
+def dashboard_document(name: str, topic: str, window: str, aggregates: dict[str, str], sink: str,
+                       slide: str | None = None) -> dict[str, Any]:
+    config = {"keys": ["sensor"], "time_column": "ts", "window": window, "watermark": "5 seconds",
+              "aggregates": aggregates, **({"slide": slide} if slide else {})}
+    return {"name": name, "tasks": [
         {"id": "src", "type": "source", "config": {"topic": topic, "schema": dict(SCHEMA)}},
-        {"id": "win", "type": "window_aggregate", "config": {
-            "keys": ["sensor"], "time_column": "ts", "window": window, "watermark": "5 seconds",
-            "aggregates": {name: pool[name] for name in chosen}}},
-        {"id": "out", "type": "sink", "config": {"topic": f"{salt}-dash{index}"}}],
+        {"id": "win", "type": "window_aggregate", "config": config},
+        {"id": "out", "type": "sink", "config": {"topic": sink}}],
         "streams": [{"from": "src", "to": "win"}, {"from": "win", "to": "out"}]}
 
 
@@ -210,25 +221,31 @@ def record_maker(topic: str, seed: int):
 def dashboards(salt: str) -> list[dict[str, Any]]:
     """Six per-sensor dashboards over one stream, 10 s to 5 min, the 10 s one with every aggregate the others ask:
     where containment saves most (every longer window rolls the 10 s one up instead of shuffling every record)."""
-    documents = []
-    for index, window in enumerate(("10 seconds", *WINDOWS[1:], "10 minutes")):
-        aggregates = {"n": "count(*)", "hi": "max(temp)", "lo": "min(temp)", "s": "sum(temp)"} if index == 0 else \
-            {"n": "count(*)", "hi": "max(temp)"} if index % 2 else {"n": "count(*)", "s": "sum(temp)"}
-        documents.append({"name": f"dash{index}", "tasks": [
-            {"id": "src", "type": "source", "config": {"topic": STREAMS[0], "schema": dict(SCHEMA)}},
-            {"id": "win", "type": "window_aggregate", "config": {
-                "keys": ["sensor"], "time_column": "ts", "window": window, "watermark": "5 seconds",
-                "aggregates": aggregates}},
-            {"id": "out", "type": "sink", "config": {"topic": f"{salt}-dash{index}"}}],
-            "streams": [{"from": "src", "to": "win"}, {"from": "win", "to": "out"}]})
-    return documents
+    return [dashboard_document(f"dash{index}", STREAMS[0], window, _dashboard_aggregates(index), f"{salt}-dash{index}")
+            for index, window in enumerate(("10 seconds", *WINDOWS[1:], "10 minutes"))]
+
+
+def sliding_dashboards(salt: str) -> list[dict[str, Any]]:
+    """The same 10 s window and five sliding ones (1, 2 and 5 minutes every 10 s, 5 minutes every 30 s, 10 minutes
+    every minute): a record is in 68 windows read directly, each 10 s window's row in as many rolled up."""
+    windows = (("10 seconds", None), ("1 minute", "10 seconds"), ("2 minutes", "10 seconds"),
+               ("5 minutes", "10 seconds"), ("5 minutes", "30 seconds"), ("10 minutes", "1 minute"))
+    return [dashboard_document(f"slide{index}", STREAMS[0], window, _dashboard_aggregates(index),
+                               f"{salt}-slide{index}", slide) for index, (window, slide) in enumerate(windows)]
+
+
+def _dashboard_aggregates(index: int) -> dict[str, str]:
+    """The first dashboard's aggregates hold every one the others ask for."""
+    if index == 0:
+        return {"n": "count(*)", "hi": "max(temp)", "lo": "min(temp)", "s": "sum(temp)"}
+    return {"n": "count(*)", "hi": "max(temp)"} if index % 2 else {"n": "count(*)", "s": "sum(temp)"}
 
 
 def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float, kind: str = "variants",
          rate: float = RATE) -> list[dict[str, Any]]:
-    """``count`` dataflows of the workload (``kind`` ``variants``, dense) or the six :func:`dashboards` on
-    ``sana up`` (local Spark, its broker), containment off then on: the cores of the whole process tree once all
-    run, with the source producing at ``rate`` records/s."""
+    """``count`` dataflows of the workload (``kind`` ``variants``, dense), the six :func:`dashboards` or the six
+    :func:`sliding_dashboards` on ``sana up`` (local Spark, its broker), containment off then on: the cores of the
+    whole process tree once all run, with the source producing at ``rate`` records/s."""
     from benchmarks.reuse_real import RealService
 
     rows = []
@@ -236,6 +253,7 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
         label = "containment" if containment else "exact"
         rng = random.Random(seed)
         documents = dashboards(f"real-{label}") if kind == "dashboards" else \
+            sliding_dashboards(f"real-{label}") if kind == "sliding" else \
             [workload(rng, index, f"real-{label}", dense=True) for index in range(count)]
         count = len(documents)
         service = RealService(run_dir / label, sharing=True, redis_url=REDIS_URL, records=record_maker, rate=rate,
@@ -265,7 +283,7 @@ def report(results: Path, docs: Path, image: Path) -> str:
     """The results' tables (written into ``docs`` between :data:`MARKERS`) and a plot of what containment saves."""
     dry = json.loads(results.read_text())
     real_rows = []
-    for suffix in ("-real.json", "-real-dashboards.json"):
+    for suffix in ("-real.json", "-real-dashboards.json", "-real-sliding.json"):
         path = results.with_name(results.stem + suffix)
         real_rows += json.loads(path.read_text()) if path.exists() else []
     lines = ["Dry run, the workload's first 200 dataflows (`--apps 200`):", "",
@@ -337,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/containment.json"))
     parser.add_argument("--real", type=int, default=0, metavar="N",
                         help="also run N dataflows of the workload on the real runtime, containment off then on")
-    parser.add_argument("--real-workload", choices=["variants", "dashboards"], default="variants")
+    parser.add_argument("--real-workload", choices=["variants", "dashboards", "sliding"], default="variants")
     parser.add_argument("--rate", type=float, default=RATE, help="records/s per stream in the real-runtime run")
     parser.add_argument("--run-dir", type=Path, default=Path(".sana/bench-containment"))
     parser.add_argument("--settle-s", type=float, default=30.0)

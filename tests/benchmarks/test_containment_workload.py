@@ -1,0 +1,32 @@
+"""The containment benchmark's workloads (benchmarks.containment): valid dataflows, and the shares they are built for."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from benchmarks import containment
+from manager.validate import parse_dataflow
+
+pytestmark = pytest.mark.redis
+
+
+def test_the_workload_draws_sliding_dashboards_the_operators_accept():
+    rng = random.Random(11)
+    documents = [containment.workload(rng, index, "t") for index in range(200)]
+    for document in documents:
+        parse_dataflow(document)
+    slides = [task["config"]["slide"] for document in documents for task in document["tasks"]
+              if task["type"] == "window_aggregate" and "slide" in task["config"]]
+    assert slides and set(slides) <= set(containment.SLIDES)
+
+
+def test_every_sliding_dashboard_rolls_up_the_ten_second_one():
+    with containment.dry_manager("containment") as (manager, salt):
+        first, *others = [manager.submit(document) for document in containment.sliding_dashboards(salt)]
+        assert first.contained == []
+        for result in others:
+            (share,) = result.contained
+            assert (share["kind"], share["reads"]) == ("window_aggregate", first.tasks["win"])
+        assert manager.stats()["containment_shares"]["window_aggregate"] == len(others) == 5
