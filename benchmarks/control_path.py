@@ -16,6 +16,9 @@ safety net) against the running set.
     .venv/bin/python -m benchmarks.control_path --levels 1000,10000 --probes 300
     .venv/bin/python -m benchmarks.control_path --levels 1000,10000 --probes 300 --out benchmarks/results/control-path-after.json
     .venv/bin/python -m benchmarks.control_path --wan examples/wan/fourteen-sites.json --levels 10,100,1000 --probes 200
+    .venv/bin/python -m benchmarks.control_path --wan examples/wan/fourteen-sites.json --levels 10,1000 --probes 100 --measured 50
+
+``--measured N`` also plans N probes per level with measured rates (:func:`plan_measured`: planning only).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from benchmarks.breakdown import bridging_documents, phase_breakdown
 from benchmarks.measure import summary
 from benchmarks.riot import SOURCE_SCHEMAS, riot_dataflow
 from benchmarks.targets import UNLIMITED, delete_prefix, redis_client
+from manager import merge
 from manager.service import Manager
 from manager.validate import parse_dataflow
 from runtime.dryrun import DryRunRuntime
@@ -130,6 +134,18 @@ def probe(manager: Manager, wire: Wire, flows: list[Any]) -> dict[str, Any]:
     }
 
 
+def plan_measured(manager: Manager, flows: list[Any]) -> dict[str, Any]:
+    """Plan each of ``flows`` (nothing is committed) with measured rates: every running task's estimate x 0.9, as
+    a runtime reporting Kafka bytes per task would give. The weighing then reads the model built from them."""
+    measured = {task_id: rate * 0.9 for task_id, rate in manager.state.rates.items()}
+    plan_ms = []
+    for flow in flows:
+        start = time.perf_counter()
+        merge.plan_merge(manager.state, flow, 0.0, measured=measured)
+        plan_ms.append((time.perf_counter() - start) * 1000)
+    return {"plan_measured_ms": summary(plan_ms)}
+
+
 def wan_document(path: Path) -> dict[str, Any]:
     """The ``wan`` of an experiment file, with the RIoTBench sources (and their model topics) at its data sites."""
     wan = dict(json.loads(path.read_text())["wan"])
@@ -185,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="plan on this experiment file's WAN (e.g. examples/wan/fourteen-sites.json)")
     parser.add_argument("--hops", choices=("backpressure", "buffered"), default=None,
                         help="with --wan: the flow model plans are weighed with (the configuration's hops)")
+    parser.add_argument("--measured", type=int, default=0, metavar="N",
+                        help="with --wan: also time planning N probes with measured rates (plan_measured_ms)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     levels = [int(level) for level in args.levels.split(",")]
@@ -227,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                 text = io.StringIO()
                 pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
                 print(text.getvalue())
+            if args.measured and args.wan:
+                result.update(plan_measured(manager, probes[:args.measured]))
             edges = edge_cases(manager, bridging_documents(args.edge_cases, args.seed)) if args.edge_cases else None
             stats = manager.stats()
             row = {"running_dataflows": level, "running_tasks": stats["running_tasks"],

@@ -403,6 +403,7 @@ class RunningSet:
     def __init__(self, state: State, rates: Mapping[str, float] | None = None) -> None:
         self._state = state
         self._rates = state.rates if rates is None else rates
+        self._index: FlowIndex | None = None
 
     def site(self, task_id: str) -> str | None:
         """Where the state's flow model locates the task (:meth:`State._index`); None for a task it leaves out."""
@@ -427,5 +428,15 @@ class RunningSet:
         return [self.task(task_id) for task_id in sorted(self._state.tasks) if self.site(task_id) is not None]
 
     def flow_index(self) -> FlowIndex | None:
-        """The state's flow model, when this view reads the rates it was built with (the estimates)."""
-        return self._state.flow if self._state.wan is not None and self._rates is self._state.rates else None
+        """The state's flow model, kept up to date with the estimates; with other rates (measured), the same
+        model built from them the first time this view is asked (once per plan, not once per plan weighed)."""
+        if self._state.wan is None:
+            return None
+        if self._rates is self._state.rates:
+            return self._state.flow
+        if self._index is None:
+            flow, index = self._state.flow, FlowIndex()
+            for task_id, site in flow.sites.items():  # parents first, as they were added
+                index.add(task_id, site, flow.inputs[task_id], self._rates.get(task_id, 0.0))
+            self._index = index
+        return self._index

@@ -55,6 +55,7 @@ class Structure(Protocol):
     vectors: dict[str, dict[str, float]]
     readers: dict[str, int]
     arrivals: dict[tuple[str, str], int]
+    link_producers: dict[Link, dict[str, None]]
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,23 @@ class PathModel:
         self.sinks: dict[Group, list] = {}
         self.readers: dict[Link, dict[Link, int]] = {}       # link -> links with groups crossing it -> how many
         self.sink_groups: dict[Link, dict[Group, None]] = {}  # link -> the sinks' groups crossing it
+
+    @classmethod
+    def of(cls, index: Structure) -> "PathModel":
+        """The paths of ``index``'s running set, gathered at once: each task's mix (its ``sites`` are in the order
+        tasks were added, parents first), then each crossing producer's weights and each sink's."""
+        model, change = cls(), Change()
+        for task_id, site in index.sites.items():
+            model.mix[task_id] = mix_from_inputs(task_id, site, index.inputs[task_id], index.sites.__getitem__,
+                                                 index.vectors.__getitem__, model.mix.__getitem__)
+        for link, producers in index.link_producers.items():
+            for producer in producers:
+                change.cross(link, index.vectors[producer], model.mix[producer], +1)
+        for task_id, inputs in index.inputs.items():
+            if inputs and not index.readers[task_id]:
+                change.sink(index.rates.__getitem__, index.vectors[task_id], model.mix[task_id], +1)
+        model.apply(change)
+        return model
 
     def apply(self, change: Change) -> None:
         """Write ``change`` in; a group whose terms all left is forgotten (no rounding residue stays)."""

@@ -231,7 +231,7 @@ class FlowIndex:
         """The running set's paths (:class:`wan.buffered.PathModel`), gathered the first time they are asked for
         and kept up to date from then on; read only."""
         if self._paths is None:
-            self._paths = self._gather()
+            self._paths = PathModel.of(self)
         return self._paths
 
     def _change_buffered(self, change: Change) -> None:
@@ -241,15 +241,6 @@ class FlowIndex:
         self._paths.apply(change)
         for state, frac, total in settled:
             state.commit(frac, total, self._paths)
-
-    def _gather(self) -> PathModel:
-        """The running set's paths, task by task as if each were added now (in the order they were: parents first)."""
-        paths = PathModel()
-        empty = FlowIndex()
-        empty._paths = paths
-        for task_id in self.sites:
-            empty.add(task_id, self.sites[task_id], self.inputs[task_id], self.rates[task_id])
-        return paths
 
 
 class _Chain:

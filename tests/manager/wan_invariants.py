@@ -7,6 +7,7 @@ import math
 import networkx as nx
 
 from manager.state import RunningSet, State
+from manager.traffic import link_loads_in_use, rates_in_use
 from manager.validate import parse_dataflow
 from optimizer.contention import Contention
 from planning.model import QueryPlan
@@ -101,6 +102,19 @@ def check_wan_state(state: State, submitted: dict[str, dict]) -> None:
             expected = Contention(running, monitor, router=True).delivered((), QueryPlan({}), scale)
             assert math.isclose(Contention((), monitor, True, index).delivered((), QueryPlan({}), scale), expected,
                                 rel_tol=1e-9, abs_tol=1e-7)
+        # With measured rates the view builds the same model from them, once: as from scratch, in both flow models.
+        measured = rates_in_use(state, {task_id: rate * (0.5 + number % 5 / 4)
+                                        for number, (task_id, rate) in enumerate(sorted(state.rates.items()))})
+        rated = RunningSet(state, measured)
+        built = rated.flow_index()
+        assert built is not state.flow and built is rated.flow_index() and built.sites == index.sites
+        measured_monitor = WanMonitor(state.wan, link_loads_in_use(state, measured))
+        tasks = list(rated.running_tasks())
+        for buffered in (False, True):
+            for scale in (1.0, 2.0):
+                expected = Contention(tasks, measured_monitor, True, buffered=buffered).delivered((), QueryPlan({}), scale)
+                got = Contention((), measured_monitor, True, built, buffered=buffered).delivered((), QueryPlan({}), scale)
+                assert math.isclose(got, expected, rel_tol=1e-7, abs_tol=1e-6), (buffered, scale, got, expected)
 
 
 def reaches_apart(state: State, document: dict) -> bool:
