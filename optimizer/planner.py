@@ -139,8 +139,9 @@ def admit_shares(
     running: :meth:`PlanningOptions.private`, as NET plans it). That plan
     runs again what already runs, so it is kept only when the running set
     and the query would deliver at least :data:`planning.model.PRIVATE_GAIN`
-    times what the better sharing plan delivers today (docs/wan.md, "Not
-    sharing is weighed too").
+    (:data:`~planning.model.PRIVATE_GAIN_BUFFERED` with buffered hops) times
+    what the better sharing plan delivers today (docs/wan.md, "Not sharing is
+    weighed too").
 
     ``forced`` maps query tasks onto running tasks they must reuse whatever
     the bandwidth (the manager forces the ancestors of a sink that already
@@ -162,7 +163,7 @@ def admit_shares(
     every_share, algorithm_1 = _standing(sharing, query, contention, wan), _standing(plan, query, contention, wan)
     private_trial, private = _try(query, running, wan, options.private(), {}, forced)
     alone = _standing(private, query, contention, wan)
-    if _private_pays(alone, min(algorithm_1, every_share)):
+    if _private_pays(alone, min(algorithm_1, every_share), options.private_gain):
         return private_trial.admissions(compared=trial.compared, skipped=trial.skipped,
                                         weighing=Weighing("private", algorithm_1, every_share, alone))
     if every_share < algorithm_1:
@@ -171,14 +172,16 @@ def admit_shares(
     return trial.admissions(weighing=Weighing("algorithm 1", algorithm_1, every_share, alone))
 
 
-def _private_pays(private: tuple[float, ...], shared: tuple[float, ...]) -> bool:
+def _private_pays(private: tuple[float, ...], shared: tuple[float, ...], gain: float = PRIVATE_GAIN) -> bool:
     """Whether the private plan's standing beats the better sharing plan's by what running again costs: it
-    delivers at least :data:`~planning.model.PRIVATE_GAIN` times as much today (standings are negated).
+    delivers at least ``gain`` (:attr:`PlanningOptions.private_gain`) times as much today (standings are negated).
 
     >>> _private_pays((-25.0, -30.0, 20.0), (-10.0, -20.0, 0.0)), _private_pays((-10.4, -40.0, 0.0), (-10.0, -20.0, 0.0))
     (True, False)
+    >>> _private_pays((-10.4, -40.0, 0.0), (-10.0, -20.0, 0.0), gain=1.02)
+    True
     """
-    return -private[0] > PRIVATE_GAIN * -shared[0] + 1e-9
+    return -private[0] > gain * -shared[0] + 1e-9
 
 
 def plan_query(

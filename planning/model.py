@@ -115,6 +115,16 @@ class PlanningOptions:
     def router(self) -> bool:
         return self.share_in
 
+    @property
+    def private_gain(self) -> float:
+        """What the private plan must out-deliver the best sharing plan by: :data:`PRIVATE_GAIN`, or
+        :data:`PRIVATE_GAIN_BUFFERED` when plans are weighed with buffered hops.
+
+        >>> SANA.private_gain, service_options("sana", "buffered").private_gain
+        (1.05, 1.02)
+        """
+        return PRIVATE_GAIN_BUFFERED if self.buffered_hops else PRIVATE_GAIN
+
     def private(self) -> PlanningOptions:
         """The switches of a plan that shares nothing running: its own source readers, its own tasks, no
         bandwidth checks (nothing to admit); routers and placement as before. NET is ``PlanningOptions(
@@ -252,6 +262,12 @@ PRIVATE_GAIN = 1.05
 today to be kept. A private plan runs again what already runs (a source reader, a chain of tasks): that costs
 cores and WAN whatever it delivers, so it is worth it only for throughput the sinks would otherwise lose, and
 not for a rounding's worth of it, nor for latency or headroom alone."""
+
+PRIVATE_GAIN_BUFFERED = 1.02
+"""The same factor when plans are weighed with buffered hops (the service's default). Chosen on the tuned
+families of ``benchmarks.wan_families``, scored and weighed with buffered hops (1.00 to 1.10 tried; docs/wan.md,
+"Every case behind, and why"): with buffered hops a congested crossing slows only its readers, so a private
+reader that delivers more takes less from the others than backpressure says, and a smaller margin pays."""
 
 
 @dataclass(frozen=True)
