@@ -19,6 +19,7 @@ safety net) against the running set.
     .venv/bin/python -m benchmarks.control_path --wan examples/wan/fourteen-sites.json --levels 10,1000 --probes 100 --measured 50
 
 ``--measured N`` also plans N probes per level with measured rates (:func:`plan_measured`: planning only).
+``--gc-freeze`` freezes what survives each full collection, as the server does (``api/collector.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 
 import redis
 
+from api.collector import FreezeSurvivors
 from benchmarks.breakdown import bridging_documents, phase_breakdown
 from benchmarks.measure import summary
 from benchmarks.riot import SOURCE_SCHEMAS, riot_dataflow
@@ -203,9 +205,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --wan: the flow model plans are weighed with (the configuration's hops)")
     parser.add_argument("--measured", type=int, default=0, metavar="N",
                         help="with --wan: also time planning N probes with measured rates (plan_measured_ms)")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="freeze what survives each full collection, as the server does (SANA_GC_FREEZE)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     levels = [int(level) for level in args.levels.split(",")]
+    freeze = FreezeSurvivors().install() if args.gc_freeze else None
     wire = Wire()
     client = redis_client(args.redis_url)
     prefix = f"bench-{uuid.uuid4().hex[:12]}"
@@ -264,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         manager.close()
         delete_prefix(client, prefix)
+        if freeze is not None:
+            freeze.uninstall()
     if args.out:
         args.out.write_text(json.dumps(out, indent=2) + "\n")
     return 0
