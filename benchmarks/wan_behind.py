@@ -1,8 +1,9 @@
 """Why Sana is behind NET or Max-Share in a family case (issue 33): where it falls behind, and what it chose before.
 
 For every case a :mod:`benchmarks.wan_families` result file lists behind a baseline, the case is replayed
-under Sana (weighed as the file says) and the baseline, scored as the file was. Queries arrive 10 s apart, so
-each epoch is the running set after one more query. Printed per case:
+under Sana (weighed as the file says) and the baseline, scored as the file was; the simulator records each
+query's weighing (``Deployment.weighings``), and each epoch's running set says how many queries run. Printed
+per case:
 
 - the query after which Sana's total first falls below the baseline's (``k`` of ``n``);
 - Sana's weighing decisions up to then that did not take every share (Algorithm 1's refusals kept, or the
@@ -13,8 +14,8 @@ each epoch is the running set after one more query. Printed per case:
 From these each case gets a cause. Behind Max-Share: ``greedy refusal`` (Algorithm 1's copy, kept because
 it delivered more, or as much with more headroom, when its query arrived, takes bandwidth a later query
 needed; the weighing sees one query at a time) or ``greedy private plan`` (the same with a private plan).
-Behind NET: ``private plan under its gain`` (the private plan, NET's way, delivered more but less than
-``PRIVATE_GAIN`` times the sharing plan, so it was not kept) or ``shared stream`` (a stream read once for
+Behind NET: ``private plan under its gain`` (the private plan, NET's way, delivered more than the better
+sharing plan but by less than its gain, :attr:`PlanningOptions.private_gain`, so it was not kept) or ``shared stream`` (a stream read once for
 several queries crosses a link that a query's own reader would have avoided, and no plan weighed said so).
 
     .venv/bin/python -m benchmarks.wan_behind benchmarks/results/wan-families-buffered-weighing.json \\
@@ -30,10 +31,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import wan_sim.simulate as simulator
 from benchmarks.measure import Progress
 from benchmarks.wan_families import BASELINES, scenario, where
-from planning.model import SANA
+from planning.model import SANA, Weighing
 from wan_sim.scenario import parse_scenario
 from wan_sim.simulate import simulate
 
@@ -41,55 +41,53 @@ CASE_KEYS = ("family", "seed", "scale", "share", "queries", "sites", "order", "c
 
 
 def replay(case: dict[str, Any], baseline: str, decoupled: bool, weigh_buffered: bool) -> dict[str, Any]:
-    """Sana's and ``baseline``'s running totals query by query, Sana's weighing per query, and the cause."""
+    """Sana's and ``baseline``'s totals after each query, Sana's weighing per query, and the cause."""
     document = scenario(case)
-    kept: list[dict[str, Any]] = []
-    original = simulator.admit_shares
-
-    def recording(query, running, monitor, options, *args, **kwargs):
-        admitted = original(query, running, monitor, options, *args, **kwargs)
-        weighing = getattr(admitted, "weighing", None)
-        if weighing is None:
-            kept.append({"kept": None})
-            return admitted
-        shared = -weighing.every_share[0]
-
-        def over(standing):
-            return round(100.0 * (-standing[0] / shared - 1.0), 2) if shared and standing is not None else None
-
-        kept.append({"kept": weighing.kept, "deciding": weighing.deciding, "kept_pct": over(weighing.standings[weighing.kept]),
-                     "same_as_every_share": weighing.standings[weighing.kept] == weighing.every_share,
-                     "algorithm_1_pct": over(weighing.algorithm_1), "private_pct": over(weighing.private)})
-        return admitted
-
     options = replace(SANA, buffered_hops=True) if weigh_buffered else "sana"
-    simulator.admit_shares = recording
-    try:
-        sana = simulate(parse_scenario(document), options, decoupled)
-    finally:
-        simulator.admit_shares = original
+    sana = simulate(parse_scenario(document), options, decoupled)
     other = simulate(parse_scenario(document), baseline, decoupled)
-    totals = [(round(mine.result.throughput_rps, 1), round(theirs.result.throughput_rps, 1))
-              for mine, theirs in zip(sana.epochs, other.epochs)]
-    first = next((number for number, (mine, theirs) in enumerate(totals, 1) if mine < theirs * (1 - 1e-9)), len(totals))
-    names = [query.name for query in parse_scenario(document).queries]
-    differing = [{"query": number, "name": names[number - 1], **decision} for number, decision in enumerate(kept[:first], 1)
-                 if decision["kept"] is not None and not decision["same_as_every_share"]]
+    # after n queries: the last epoch in which n queries run (queries may arrive together)
+    totals: dict[int, tuple[float, float]] = {}
+    for mine, theirs in zip(sana.epochs, other.epochs):
+        totals[len(mine.result.queries)] = (round(mine.result.throughput_rps, 1), round(theirs.result.throughput_rps, 1))
+    first = next((count for count, (mine, theirs) in sorted(totals.items()) if mine < theirs * (1 - 1e-9)), None)
+    decisions = [{"query": number, "name": name, **_decision(weighing)}
+                 for number, (name, weighing) in enumerate(sana.deployment.weighings, 1)]
+    upto = decisions if first is None else decisions[:first]
+    differing = [item for item in upto if item["kept"] is not None and not item["same_as_every_share"]]
     theirs = {query.name: query.throughput_rps for query in other.final.queries}
     losing = sorted(((theirs[query.name] - query.throughput_rps, query.name) for query in sana.final.queries
                      if query.throughput_rps < theirs[query.name] * (1 - 1e-9)), reverse=True)
     if baseline == "net":
-        short = [decision for decision in kept[:first] if (decision.get("private_pct") or 0.0) > 1e-9 and decision["kept"] != "private"]
+        short = [item for item in upto if (item.get("private_pct") or 0.0) > 1e-9 and item["kept"] != "private"]
         cause = "private plan under its gain" if short else "shared stream"
     elif differing:
         cause = f"greedy {'private plan' if any(item['kept'] == 'private' for item in differing) else 'refusal'}"
     else:
         cause = "unexplained"
-    end_mine, end_theirs = totals[-1]
+    end_mine, end_theirs = totals[max(totals)]
     return {"case": {key: case[key] for key in CASE_KEYS if key in case}, "where": where(case), "baseline": baseline,
-            "behind_pct": round(100.0 * (end_mine / end_theirs - 1.0), 2), "queries": len(totals),
-            "first_behind_after_query": first, "totals_rps": totals, "differing_decisions": differing,
+            "behind_pct": round(100.0 * (end_mine / end_theirs - 1.0), 2) if end_theirs else None,
+            "queries": len(decisions), "first_behind_after_query": first,
+            "totals_rps": [list(totals[count]) for count in sorted(totals)], "differing_decisions": differing,
             "losing_queries": [{"name": name, "rps_less": round(less, 1)} for less, name in losing[:5]], "cause": cause}
+
+
+def _decision(weighing: Weighing | None) -> dict[str, Any]:
+    """A query's weighing: the plan kept, on which criterion, whether it is the plan taking every share, what the
+    kept plan delivered then over the plan taking every share, and what the private plan delivered over the better
+    of the two sharing plans, which it had to beat (in %; None where the other delivered nothing)."""
+    if weighing is None:
+        return {"kept": None}
+    kept = weighing.standings[weighing.kept]
+    return {"kept": weighing.kept, "deciding": weighing.deciding, "same_as_every_share": kept == weighing.every_share,
+            "over_every_share_pct": _over(kept, weighing.every_share),
+            "private_pct": _over(weighing.private, min(weighing.algorithm_1, weighing.every_share))}
+
+
+def _over(standing: tuple[float, ...] | None, other: tuple[float, ...]) -> float | None:
+    """What ``standing`` delivers today over ``other`` (standings are negated), in %."""
+    return round(100.0 * (standing[0] / other[0] - 1.0), 2) if standing is not None and other[0] else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         progress.say(f"{number}/{len(todo)} cases traced", force=number == len(todo))
     for trace in traces:
         decisions = ", ".join(f"q{item['query']} {item['kept']} (by {item['deciding']}; "
-                              f"{item['kept_pct']:+.2f} % delivered over every share then)"
+                              f"{_pct(item['over_every_share_pct'])} delivered over every share then)"
                               for item in trace["differing_decisions"]) or "none"
         losing = ", ".join(f"{item['name']} -{item['rps_less']:.0f}" for item in trace["losing_queries"][:3])
-        print(f"{trace['where']} vs {trace['baseline']}: {trace['behind_pct']:+.2f} %, behind after query "
+        print(f"{trace['where']} vs {trace['baseline']}: {_pct(trace['behind_pct'])}, behind after query "
               f"{trace['first_behind_after_query']} of {trace['queries']}; kept before it: {decisions}; "
               f"losing: {losing}; cause: {trace['cause']}")
     counts: dict[str, int] = {}
@@ -125,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"source": str(args.results), "causes": counts, "traces": traces}, indent=1) + "\n")
     return 0
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f} %"
 
 
 if __name__ == "__main__":

@@ -267,9 +267,21 @@ class BufferedState:
     commits: int = 0
 
     def link_capacity(self, link: Link) -> float:
+        """The link's capacity for these streams (never below 0), cached: :meth:`recheck` renews the cache."""
         if link not in self.capacities:
-            self.capacities[link] = self.capacity(*link)
+            self.capacities[link] = max(0.0, self.capacity(*link))
         return self.capacities[link]
+
+    def recheck(self, capacity: Callable[[str, str], float], model: PathModel) -> None:
+        """Take ``capacity`` from now on; the links whose capacity it changes are solved again from where the
+        fractions are (and, as they move, the links whose groups cross them)."""
+        self.capacity = capacity
+        changed = [link for link, known in self.capacities.items() if abs(max(0.0, capacity(*link)) - known) > 1e-9]
+        if changed:
+            for link in changed:
+                del self.capacities[link]
+            frac, total = settle(model, self, Change(), changed)
+            self.commit(frac, total, model)
 
     @classmethod
     def build(cls, model: PathModel, scale: float, capacity: Callable[[str, str], float]) -> "BufferedState":
@@ -280,12 +292,14 @@ class BufferedState:
         state.commit(frac, total, model)
         return state
 
-    def commit(self, frac: Mapping[Link, float], total: float, model: PathModel) -> None:
-        """Write a settled change's fractions and total (after :meth:`PathModel.apply`)."""
+    def commit(self, frac: Mapping[Link, float], total: float, model: PathModel, touched: Iterable[Link] = ()) -> None:
+        """Write a settled change's fractions and total (after :meth:`PathModel.apply`); a link the change
+        ``touched`` or moved that no stream crosses any more is forgotten."""
         self.frac.update(frac)
-        for link in frac:
+        for link in (*frac, *touched):
             if link not in model.links:
                 self.frac.pop(link, None)
+                self.capacities.pop(link, None)
         self.total = total
         self.commits += 1
         if self.commits % RECOUNT_EVERY == 0 or not model.sinks:  # the sum kept by differences, summed again
@@ -300,8 +314,15 @@ def _product(path: Path, frac: Mapping[Link, float]) -> float:
 
 
 def settle(model: PathModel, state: BufferedState, change: Change, dirty: Iterable[Link]) -> tuple[dict[Link, float], float]:
-    """The fractions that move and the sinks' total with ``change`` on top of ``model`` and ``state`` (neither is
-    changed), solving the ``dirty`` links again and, as their fractions move, the links whose groups cross them."""
+    """The fractions that move and the sinks' total with ``change`` on top of ``model`` and ``state``, solving the
+    ``dirty`` links again and, as their fractions move, the links whose groups cross them. Neither is changed, but
+    for the capacities ``state`` caches (:meth:`BufferedState.link_capacity`); call before :meth:`PathModel.apply`.
+
+    >>> model, state = PathModel(), BufferedState(1.0, lambda src, dst: 5.0)
+    >>> change, _ = adding(_Tiny(), model, [NewTask("s", "x", (), 20.0), NewTask("k", "y", ("s",), 20.0)])
+    >>> settle(model, state, change, change.links)   # 20 Mbps over 5: a quarter arrives
+    ({('x', 'y'): 0.25}, 5.0)
+    """
     frac: dict[Link, float] = {}
     extra: dict[Link, set[Link]] = {}  # readers of a link among the change's groups
     for link, groups in change.links.items():
@@ -353,6 +374,18 @@ def settle(model: PathModel, state: BufferedState, change: Change, dirty: Iterab
             weight = -known[0]  # the group leaves: take off exactly what it added
         total += state.scale * weight * product(group[1])
     return frac, total
+
+
+class _Tiny:
+    """An empty running set (for the examples)."""
+
+    sites: dict = {}
+    inputs: dict = {}
+    rates: dict = {}
+    vectors: dict = {}
+    readers: dict = {}
+    arrivals: dict = {}
+    link_producers: dict = {}
 
 
 def _load(groups: Mapping[Group, list], changed: Mapping[Group, list] | None, product: Callable[[Path], float]) -> float:

@@ -24,6 +24,11 @@ dropped:
 the index and solves the max-min fair model (:func:`wan.flow.max_min_throttles`)
 over the links, which is what the from-scratch computation gives, up to the
 order floating-point sums are taken in.
+
+:meth:`FlowIndex.delivered_buffered` weighs with buffered hops instead
+(:mod:`wan.buffered`): the first call gathers the running set's paths, and
+from then on every :meth:`FlowIndex.add` and :meth:`FlowIndex.drop` also
+changes them and settles the link fractions of each scale asked for.
 """
 
 from __future__ import annotations
@@ -216,13 +221,15 @@ class FlowIndex:
         """:meth:`delivered` with buffered hops (:mod:`wan.buffered`): a congested crossing slows only what reads
         it. The running set's paths are gathered the first time they are asked for and kept up to date by
         :meth:`add` and :meth:`drop`, and so are its link fractions at each ``scale`` asked for; a plan is weighed
-        on the links its change reaches. The fractions are solved again if a link's ``capacity`` (what is left
-        of it for these streams) changed since. The index itself is not changed."""
+        on the links its change reaches. A link whose ``capacity`` (what is left of it for these streams, other
+        traffic already taken off: unlike :meth:`delivered`, no ``background``) changed since is solved again
+        first. The index itself is not changed."""
         paths = self.paths()
         state = self._buffered.get(scale)
-        if state is None or any(abs(capacity(*link) - known) > 1e-9 for link, known in state.capacities.items()):
+        if state is None:
             state = self._buffered[scale] = BufferedState.build(paths, scale, capacity)
-        state.capacity = capacity
+        else:
+            state.recheck(capacity, paths)
         change, _ = adding(self, paths, new)
         _, total = settle(paths, state, change, change.links)
         return round(total, 9)
@@ -240,7 +247,7 @@ class FlowIndex:
         settled = [(state, *settle(self._paths, state, change, change.links)) for state in self._buffered.values()]
         self._paths.apply(change)
         for state, frac, total in settled:
-            state.commit(frac, total, self._paths)
+            state.commit(frac, total, self._paths, change.links)
 
 
 class _Chain:

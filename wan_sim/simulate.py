@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from planning.model import Decision, PlanningOptions, QueryTask, RunningTask
+from planning.model import Decision, PlanningOptions, QueryTask, RunningTask, Weighing
 from optimizer.planner import admit_shares
 from scheduler.placement import place
 from wan.flow import FlowQuery, FlowResult, FlowTask, solve
@@ -37,6 +37,7 @@ class Deployment:
         self.placement: dict[str, dict[str, dict[str, Any]]] = {}
         self.refusals: list[dict[str, Any]] = []
         self.overruled: list[dict[str, Any]] = []
+        self.weighings: list[tuple[str, Weighing | None]] = []  # (query, how its plans stood), in planning order
         self._by_signature: dict[str, list[str]] = {}
         self._arrivals: dict[str, dict[str, list[str]]] = {}
 
@@ -257,6 +258,7 @@ def simulate(scenario: Scenario, policy: str | PlanningOptions, decoupled: bool 
         monitor = WanMonitor(config, deployment.link_loads())
         placed = place(admit_shares(to_query_tasks(query), deployment, monitor, options), deployment, monitor)
         deployment.apply(query, placed.decisions)
+        deployment.weighings.append((query.name, placed.weighing))
         deployment.overruled += [{"query": query.name, "task": task_id, **refusal.to_dict()}
                                  for task_id, refusal in placed.overruled]
 

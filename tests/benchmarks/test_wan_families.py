@@ -65,6 +65,6 @@ def test_a_case_behind_max_share_is_traced_to_the_copy_kept_before_it():
     trace = wan_behind.replay(case, "max-share", decoupled=True, weigh_buffered=True)
     (first,) = trace["differing_decisions"]
     assert (first["query"], first["kept"], first["deciding"]) == (2, "algorithm 1", "delivered_mbps")
-    assert first["kept_pct"] > 0 and trace["first_behind_after_query"] == 3 and trace["cause"] == "greedy refusal"
+    assert first["over_every_share_pct"] > 0 and trace["first_behind_after_query"] == 3 and trace["cause"] == "greedy refusal"
     assert trace["totals_rps"][0][0] == trace["totals_rps"][0][1]
     assert trace["behind_pct"] < 0 and trace["losing_queries"]
