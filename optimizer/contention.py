@@ -17,7 +17,7 @@ other kinds) is taken off the link's capacity.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from planning.model import QueryPlan, QueryTask, RunningTask
 from wan.flow import FlowTask, decoupled_rates, max_min_throttles, source_vectors, stream_crossings
@@ -71,6 +71,7 @@ class Contention:
         reading ``running``: a plan is then weighed in the time of its own size. ``buffered``: hops are
         buffered (:func:`wan.flow.decoupled_rates`; with an index, :meth:`FlowIndex.delivered_buffered`)."""
         self.wan, self.router, self.buffered = wan, router, buffered
+        self._capacities: dict[float, Callable[[str, str], float]] = {}
         self.index = index if router else None
         self.rates: dict[str, float] = {}
         self.shape: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -86,15 +87,22 @@ class Contention:
         extra = {link: load - explained.get(link, 0.0) for link, load in wan.loads.items()}
         self.background = {link: value for link, value in extra.items() if value > 1e-9}
 
+    def _capacity(self, scale: float) -> Callable[[str, str], float]:
+        """What is left of each link for the running set's streams at ``scale``: one function per scale, so that
+        the index checks its capacities once per scale, not once per plan weighed."""
+        if scale not in self._capacities:
+            background, wan = self.background, self.wan
+
+            def capacity(src: str, dst: str) -> float:
+                return max(0.0, wan.capacity(src, dst) - scale * background.get((src, dst), 0.0))
+
+            self._capacities[scale] = capacity
+        return self._capacities[scale]
+
     def delivered(self, query: Sequence[QueryTask], plan: QueryPlan, scale: float = 1.0) -> float:
         """:func:`delivered_mbps` of ``plan`` on this running set."""
         if self.index is not None and self.buffered:
-            background = self.background
-
-            def capacity(src: str, dst: str) -> float:
-                return max(0.0, self.wan.capacity(src, dst) - scale * background.get((src, dst), 0.0))
-
-            return self.index.delivered_buffered(_new_tasks(query, plan), capacity, scale)
+            return self.index.delivered_buffered(_new_tasks(query, plan), self._capacity(scale), scale)
         if self.index is not None:
             return self.index.delivered(_new_tasks(query, plan), self.wan.capacity, self.background, scale)
         rates, shape = dict(self.rates), dict(self.shape)

@@ -22,7 +22,7 @@ writes it). A :class:`BufferedState` holds the link fractions and the sinks'
 total for one scale of the source rates, and :func:`settle` moves them for a
 change: a link whose weights changed is solved again, and with its fraction
 every link whose groups cross it, until nothing moves by more than
-``EPSILON``. A change reaches links, never tasks one by one: ten thousand
+``SETTLED``. A change reaches links, never tasks one by one: ten thousand
 dataflows behind one congested link are one group, not ten thousand
 recomputations.
 """
@@ -40,6 +40,8 @@ Link = tuple[str, str]
 Path = tuple[Link, ...]
 Group = tuple[str, Path]  # a source and the links its data crossed, in order
 EPSILON = 1e-12
+#: A link's fraction that would move by no more than this has settled (decoupled_rates stops at the same).
+SETTLED = 1e-9
 #: A link's fraction moves at most this many times per change (as decoupled_rates' rounds).
 ROUNDS = 200
 #: The sinks' total is kept by adding each change's difference; every this many changes it is summed again.
@@ -275,6 +277,8 @@ class BufferedState:
     def recheck(self, capacity: Callable[[str, str], float], model: PathModel) -> None:
         """Take ``capacity`` from now on; the links whose capacity it changes are solved again from where the
         fractions are (and, as they move, the links whose groups cross them)."""
+        if capacity is self.capacity:
+            return
         self.capacity = capacity
         changed = [link for link, known in self.capacities.items() if abs(max(0.0, capacity(*link)) - known) > 1e-9]
         if changed:
@@ -333,10 +337,15 @@ def settle(model: PathModel, state: BufferedState, change: Change, dirty: Iterab
     def fraction(link: Link) -> float:
         return frac[link] if link in frac else state.frac.get(link, 1.0)
 
+    products: dict[Path, float] = {}  # many groups share a path: each product once until a fraction moves
+
     def product(path: Path) -> float:
-        value = 1.0
-        for link in path:
-            value *= frac[link] if link in frac else state.frac.get(link, 1.0)
+        value = products.get(path)
+        if value is None:
+            value = 1.0
+            for link in path:
+                value *= frac[link] if link in frac else state.frac.get(link, 1.0)
+            products[path] = value
         return value
 
     queue = deque(dict.fromkeys(dirty))
@@ -349,7 +358,7 @@ def settle(model: PathModel, state: BufferedState, change: Change, dirty: Iterab
         capacity = state.link_capacity(link)
         new = 1.0 if load <= capacity else capacity / load
         old = fraction(link)
-        if abs(new - old) <= EPSILON:
+        if abs(new - old) <= SETTLED:
             continue
         moves[link] = moves.get(link, 0) + 1
         if moves[link] > ROUNDS:  # a cycle through links that has not settled (as decoupled_rates' rounds)
@@ -357,6 +366,7 @@ def settle(model: PathModel, state: BufferedState, change: Change, dirty: Iterab
         if moves[link] > UNDAMPED_ROUNDS:  # a loop through links swings: half way (as decoupled_rates)
             new = (new + old) / 2
         frac[link] = new
+        products.clear()
         for reader in (*model.readers.get(link, ()), *extra.get(link, ())):
             if reader not in queued:
                 queued.add(reader)
