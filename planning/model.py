@@ -97,9 +97,9 @@ class PlanningOptions:
     - ``buffered_hops``: weigh plans with buffered hops (a congested crossing
       slows only what reads it, as Kafka topics between Sana's queries do;
       :func:`wan.flow.decoupled_rates`) instead of the paper's backpressure.
-      The service weighs this way when its WAN configuration says
-      ``"hops": "buffered"`` (:func:`service_options`), on the running set's
-      flow index (:mod:`wan.buffered`); the simulator's ``sana`` is the
+      The service weighs this way unless its WAN configuration says
+      ``"hops": "backpressure"`` (:func:`service_options`), on the running
+      set's flow index (:mod:`wan.buffered`); the simulator's ``sana`` is the
       paper's, with backpressure.
     """
 

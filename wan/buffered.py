@@ -196,48 +196,70 @@ def mix_from_inputs(task_id: str, site: str, inputs: Iterable[str], site_of: Cal
             if value > 0 and carried[group[0]] > 0}
 
 
+class Laid:
+    """A plan's new tasks (parents first) laid over a running set without changing it: each one's kept inputs
+    (those running or added before it), rate and source vector; how often each task is read by them; and the
+    crossings they start (a producer's stream reaching a site it did not reach), in order. The flow index's
+    weighings read both models from it."""
+
+    def __init__(self, index: Structure, tasks: Iterable[NewTask]) -> None:
+        self.index = index
+        self.sites: dict[str, str] = {}
+        self.rates: dict[str, float] = {}
+        self.vectors: dict[str, dict[str, float]] = {}
+        self.inputs: dict[str, tuple[str, ...]] = {}
+        self.read: dict[str, int] = {}
+        self.crossings: list[tuple[str, Link]] = []  # (producer, link)
+        crossed: set[tuple[str, str]] = set()
+        for task in tasks:
+            kept = tuple(parent for parent in task.inputs if parent in index.sites or parent in self.sites)
+            self.sites[task.id], self.rates[task.id], self.inputs[task.id] = task.site, task.rate_mbps, kept
+            self.vectors[task.id] = vector_from_inputs(task.id, kept, task.rate_mbps, self.rate, self.vector)
+            for parent in kept:
+                self.read[parent] = self.read.get(parent, 0) + 1
+                parent_site = self.site(parent)
+                if parent_site == task.site or (parent, task.site) in crossed or index.arrivals.get((parent, task.site)):
+                    continue
+                crossed.add((parent, task.site))
+                self.crossings.append((parent, (parent_site, task.site)))
+
+    def site(self, task: str) -> str:
+        return self.sites[task] if task in self.sites else self.index.sites[task]
+
+    def rate(self, task: str) -> float:
+        return self.rates[task] if task in self.rates else self.index.rates[task]
+
+    def vector(self, task: str) -> Mapping[str, float]:
+        return self.vectors[task] if task in self.vectors else self.index.vectors[task]
+
+    def new_sinks(self) -> list[str]:
+        """The new tasks with inputs that no new task reads."""
+        return [task_id for task_id, kept in self.inputs.items() if kept and task_id not in self.read]
+
+    def former_sinks(self) -> list[str]:
+        """The running sinks a new task reads."""
+        index = self.index
+        return [parent for parent in self.read if parent in index.sites and index.readers[parent] == 0 and index.inputs[parent]]
+
+
 def adding(index: Structure, model: PathModel, tasks: Iterable[NewTask]) -> tuple[Change, dict[str, dict[Group, float]]]:
     """The change of adding ``tasks`` (parents first; inputs neither running nor added before are left out) and
     their path mixes. Neither ``index`` nor ``model`` is changed."""
-    change = Change()
-    sites: dict[str, str] = {}
-    rates: dict[str, float] = {}
-    vectors: dict[str, dict[str, float]] = {}
+    laid = Laid(index, tasks)
     mixes: dict[str, dict[Group, float]] = {}
-    inputs: dict[str, tuple[str, ...]] = {}
-    read: dict[str, int] = {}
-    crossed: set[tuple[str, str]] = set()
-
-    def site_of(task: str) -> str:
-        return sites[task] if task in sites else index.sites[task]
-
-    def rate_of(task: str) -> float:
-        return rates[task] if task in rates else index.rates[task]
-
-    def vector_of(task: str) -> Mapping[str, float]:
-        return vectors[task] if task in vectors else index.vectors[task]
 
     def mix_of(task: str) -> Mapping[Group, float]:
         return mixes[task] if task in mixes else model.mix[task]
 
-    for task in tasks:
-        kept = tuple(parent for parent in task.inputs if parent in index.sites or parent in sites)
-        sites[task.id], rates[task.id], inputs[task.id] = task.site, task.rate_mbps, kept
-        vectors[task.id] = vector_from_inputs(task.id, kept, task.rate_mbps, rate_of, vector_of)
-        mixes[task.id] = mix_from_inputs(task.id, task.site, kept, site_of, vector_of, mix_of)
-        for parent in kept:
-            read[parent] = read.get(parent, 0) + 1
-            parent_site = site_of(parent)
-            if parent_site == task.site or (parent, task.site) in crossed or index.arrivals.get((parent, task.site)):
-                continue
-            crossed.add((parent, task.site))
-            change.cross((parent_site, task.site), vector_of(parent), mix_of(parent), +1)
-    for task_id, kept in inputs.items():
-        if kept and task_id not in read:
-            change.sink(rate_of, vectors[task_id], mixes[task_id], +1)
-    for parent in read:
-        if parent in index.sites and index.readers[parent] == 0 and index.inputs[parent]:
-            change.sink(rate_of, index.vectors[parent], model.mix[parent], -1)
+    for task_id, kept in laid.inputs.items():
+        mixes[task_id] = mix_from_inputs(task_id, laid.sites[task_id], kept, laid.site, laid.vector, mix_of)
+    change = Change()
+    for producer, link in laid.crossings:
+        change.cross(link, laid.vector(producer), mix_of(producer), +1)
+    for task_id in laid.new_sinks():
+        change.sink(laid.rate, laid.vectors[task_id], mixes[task_id], +1)
+    for parent in laid.former_sinks():
+        change.sink(laid.rate, index.vectors[parent], model.mix[parent], -1)
     return change, mixes
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from wan.buffered import BufferedState, Change, NewTask, PathModel, adding, dropping, settle
+from wan.buffered import BufferedState, Change, Laid, NewTask, PathModel, adding, dropping, settle
 from wan.flow import max_min_throttles, vector_from_inputs
 
 Link = tuple[str, str]
@@ -174,44 +174,21 @@ class FlowIndex:
         ``capacity``). The index itself is not changed.
         """
         background = background or {}
-        rates: dict[str, float] = {}
-        vectors: dict[str, dict[str, float]] = {}
-        sites: dict[str, str] = {}
-        inputs: dict[str, tuple[str, ...]] = {}
-        read: dict[str, int] = {}
-        crossing: dict[tuple[str, str], None] = {}
-        added: dict[Link, list[str]] = {}
-        all_rates = _Chain(rates, self.rates)
-        all_vectors = _Chain(vectors, self.vectors)
-        for task in new:
-            kept = tuple(parent for parent in task.inputs if parent in self.sites or parent in sites)
-            sites[task.id], inputs[task.id], rates[task.id] = task.site, kept, task.rate_mbps
-            vectors[task.id] = vector_from_inputs(task.id, kept, task.rate_mbps, all_rates.__getitem__, all_vectors.__getitem__)
-            for parent in kept:
-                read[parent] = read.get(parent, 0) + 1
-                parent_site = sites[parent] if parent in sites else self.sites[parent]
-                if parent_site == task.site or (parent, task.site) in crossing or self.arrivals.get((parent, task.site)):
-                    continue
-                crossing[(parent, task.site)] = None
-                added.setdefault((parent_site, task.site), []).append(parent)
+        laid = Laid(self, new)
         counts = dict(self.sink_count)
-        for parent in read:
-            if parent in self.sites and self.readers[parent] == 0 and self.inputs[parent]:
-                _count(counts, self.vectors[parent], -1)
+        for parent in laid.former_sinks():
+            _count(counts, self.vectors[parent], -1)
+        for task_id in laid.new_sinks():
+            _count(counts, laid.vectors[task_id], +1)
         demand = {source: self.rates[source] for source in self.sources}
-        for task_id, kept in inputs.items():
-            if not kept:
-                demand[task_id] = rates[task_id]
-            elif task_id not in read:
-                _count(counts, vectors[task_id], +1)
+        demand.update((task_id, laid.rates[task_id]) for task_id, kept in laid.inputs.items() if not kept)
         coefficients: dict[Link, dict[str, float]] = {}
         for link, base in self.coefficients().items():
             coefficients[link] = {source: rate * scale for source, rate in base.items()}
-        for link, producers in added.items():
+        for producer, link in laid.crossings:
             target = coefficients.setdefault(link, {})
-            for producer in producers:
-                for source, rate in all_vectors[producer].items():
-                    target[source] = target.get(source, 0.0) + rate * scale
+            for source, rate in laid.vector(producer).items():
+                target[source] = target.get(source, 0.0) + rate * scale
         capacities = {link: max(0.0, capacity(*link) - scale * background.get(link, 0.0)) for link in coefficients}
         throttle = max_min_throttles(coefficients, capacities, demand)
         total = sum((demand[source] * scale * throttle[source] * count for source, count in counts.items()), 0.0)
@@ -248,16 +225,6 @@ class FlowIndex:
         self._paths.apply(change)
         for state, frac, total in settled:
             state.commit(frac, total, self._paths, change.links)
-
-
-class _Chain:
-    """Two mappings read as one, the first one's keys first (a plan's new tasks over the index)."""
-
-    def __init__(self, first: Mapping, second: Mapping) -> None:
-        self.first, self.second = first, second
-
-    def __getitem__(self, key):
-        return self.first[key] if key in self.first else self.second[key]
 
 
 def _count(counts: dict[str, int], vector: Mapping[str, float], change: int) -> None:
