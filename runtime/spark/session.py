@@ -55,6 +55,16 @@ CODEGEN_ID_IN_CLASS_NAME = "false"
 # It takes effect only when the session starts the JVM (not under spark-submit,
 # whose --driver-memory decides); the Helm chart sets the same.
 DRIVER_MEMORY = "2g"
+# Each micro-batch writes two checkpoint files (its offsets, then its commit),
+# each to a temporary name then renamed. Spark's default manager renames
+# through Hadoop's FileContext, whose local implementation resolves links by
+# running `readlink` in a new process, three to four times per rename: the
+# demo's 4 queries spawned 18 processes a second from the driver's JVM, about
+# a tenth of a core that no process-list shows (docs/runtime.md, "What a
+# micro-batch costs"). The FileSystem-based manager renames with one
+# rename(2), atomic on a local or mounted POSIX filesystem, which is where
+# Sana keeps checkpoints (SANA_CHECKPOINT_DIR is a path).
+CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -73,6 +83,7 @@ DEFAULT_CONF = {
     "spark.sql.codegen.cache.maxEntries": CODEGEN_CACHE_ENTRIES,
     "spark.sql.codegen.useIdInClassName": CODEGEN_ID_IN_CLASS_NAME,
     "spark.driver.memory": DRIVER_MEMORY,
+    "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
 }
 
 

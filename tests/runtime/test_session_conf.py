@@ -62,3 +62,42 @@ def test_defaults_file_follows_spark_submit():
 
 def test_property_keys_read_escapes_and_separators():
     assert property_keys("a\\ b=1\nc:2\n   \n#d 3\ne\tf\n") == {"a b", "c", "e"}
+
+
+CHECKPOINTED_RUNS = """
+import json, pathlib, sys
+from runtime.spark.session import spark_session
+spark = spark_session("local[1]")
+inbox, checkpoint = sys.argv[1], sys.argv[2]
+committed = []
+for run in range(2):
+    pathlib.Path(inbox, f"part-{run}.json").write_text("".join(json.dumps({"x": i}) + "\\n" for i in range(3)))
+    query = (spark.readStream.schema("x long").option("maxFilesPerTrigger", 1).json(inbox)
+             .writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    committed.append(sorted(int(p.name) for p in pathlib.Path(checkpoint, "commits").iterdir() if p.name.isdigit()))
+print(json.dumps({"manager": spark.conf.get("spark.sql.streaming.checkpointFileManagerClass"), "committed": committed}))
+spark.stop()
+"""
+
+
+def test_checkpoints_are_written_without_a_process_per_rename(tmp_path):
+    """Spark's default checkpoint manager ran `readlink` in a new process for every checkpoint rename (several per
+    micro-batch, from the driver's JVM); Sana's renames in-process, and a query still restarts from its checkpoint."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    calls = tmp_path / "readlink-calls"
+    real = subprocess.run(["sh", "-c", "command -v readlink"], capture_output=True, text=True).stdout.strip()
+    (shims / "readlink").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {real} "$@"\n')
+    (shims / "readlink").chmod(0o755)
+    (tmp_path / "inbox").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{shims}:{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-c", CHECKPOINTED_RUNS, str(tmp_path / "inbox"), str(tmp_path / "checkpoint")],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["committed"] == [[0], [0, 1]], "the second run continues from the first's checkpoint"
+    renamed = [line for line in (calls.read_text().splitlines() if calls.exists() else []) if "checkpoint" in line]
+    assert renamed == [], f"checkpoint renames ran readlink: {renamed[:3]}"
+    assert result["manager"].endswith("FileSystemBasedCheckpointFileManager")
