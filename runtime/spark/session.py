@@ -59,8 +59,8 @@ DRIVER_MEMORY = "2g"
 # each to a temporary name then renamed. Spark's default manager renames
 # through Hadoop's FileContext, whose local implementation resolves links by
 # running `readlink` in a new process, three to four times per rename: the
-# demo's 4 queries spawned 18 processes a second from the driver's JVM, about
-# a tenth of a core that no process-list shows (docs/runtime.md, "What a
+# demo's 4 queries spawned 18 processes a second from the driver's JVM, 12-18 %
+# of a demo batch's CPU, which no process list shows (docs/runtime.md, "What a
 # micro-batch costs"). The FileSystem-based manager renames with one
 # rename(2), atomic on a local or mounted POSIX filesystem, which is where
 # Sana keeps checkpoints (SANA_CHECKPOINT_DIR is a path).
