@@ -8,12 +8,13 @@ the record at L-1 with a 1-byte fetch limit (the broker still returns the
 whole batch holding it) and use max(L, last offset seen + 1, the fetch
 response's high watermark). On a correct broker this returns L.
 
-A stream reader asks every trigger and reads the last batch every time. A
-probe that read it only where L had moved since its last read was tried and
-withdrawn: on Tansu's object-store engine (the durable ``sana up``)
-ListOffsets can stay put while a batch is appended (it moved on every other
-write in ``tests/runtime/test_kafka_source.py``), so "L did not move, so
-the end did not" is false there, and a window sink missed its last records.
+A stream reader asks every trigger; its :class:`EndProbe` takes the first
+answer for a partition from :func:`end_offsets` and then fetches at the end
+it last found, answered by the fetch response's high watermark. It does not
+trust ListOffsets to move with the log: a probe that read the last batch only
+where L had moved was withdrawn, because on Tansu's object-store engine (the
+durable ``sana up``) ListOffsets can stay put while a batch is appended (it
+moved on every other write in ``tests/runtime/test_kafka_source.py``).
 """
 
 from __future__ import annotations
@@ -110,6 +111,82 @@ def _by_topic(ends: Mapping[TopicPartition, int]) -> dict[str, dict[int, int]]:
     for tp, offset in ends.items():
         result.setdefault(tp.topic, {})[tp.partition] = offset
     return result
+
+
+class EndProbe:
+    """End offsets of whole topics, asked again and again (a stream reader's every trigger).
+
+    A partition's first answer is :func:`end_offsets`'. After that the probe fetches at the end it last found
+    and answers with the fetch response's high watermark: one fetch request for all partitions, no
+    ListOffsets, and no batch read again (:func:`end_offsets` reads the last batch every time, thousands of
+    records for a backlog written with linger); only a batch written since the last answer is parsed. The
+    high watermark is the end on Apache Kafka and on both of Tansu's engines.
+
+    The answer must come from a fetch sent during the call: kafka-python's consumer sends the next fetch as
+    it takes a response, and that fetch's response, taken by the broker before a later write, would be
+    accepted by the next call at the same offset and answer an old end. So each call first pauses the
+    partitions, waits for the fetch in flight and drops its response (:meth:`_settle`). That needs the
+    consumer's record of nodes with a fetch in flight, which kafka-python keeps privately; without it the
+    probe answers with :func:`end_offsets` every time (right, and slower).
+    A partition whose fetch does not answer within the timeout keeps its last end: a short end only delays
+    records to a later micro-batch. A probe lives as long as its reader (one run of a query).
+    Raises ``kafka.errors.KafkaError`` when the broker does not answer (the caller makes a new probe).
+    """
+
+    #: How long the broker holds a fetch at the end of an idle partition; every trigger waits for it.
+    FETCH_WAIT_MS = 5
+
+    def __init__(self, bootstrap: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self._consumer = probe_consumer(bootstrap, fetch_max_wait_ms=self.FETCH_WAIT_MS)
+        self._ends: dict[TopicPartition, int] = {}  # partition -> the end last found
+        self.fetches_at_the_end = self._in_flight() is not None
+
+    def topic_ends(self, topics: Iterable[str]) -> dict[str, dict[int, int]]:
+        wanted = _whole_topics(self._consumer, topics, self.timeout_s)
+        if not wanted:
+            return {}
+        if not self.fetches_at_the_end:
+            return _by_topic(end_offsets(self._consumer, wanted, self.timeout_s))
+        deadline = time.monotonic() + self.timeout_s
+        self._settle(deadline)
+        first = [tp for tp in wanted if tp not in self._ends]
+        if first:
+            self._ends.update(end_offsets(self._consumer, first, self.timeout_s))
+            self._settle(deadline)
+        ends = {tp: self._ends[tp] for tp in wanted}
+        self._consumer.assign(wanted)
+        for tp in wanted:
+            self._consumer.seek(tp, ends[tp])
+        pending = set(wanted)
+        while pending and time.monotonic() < deadline:
+            self._consumer.poll(timeout_ms=self.FETCH_WAIT_MS, max_records=100_000)  # records: a new batch at most
+            for tp in list(pending):
+                high = self._consumer.highwater(tp)
+                if high is not None:
+                    ends[tp] = int(high)
+                    pending.discard(tp)
+        self._ends.update(ends)
+        return _by_topic(ends)
+
+    def _settle(self, deadline: float) -> None:
+        """No fetch in flight and no response left over: pause what is assigned, wait for the fetch in flight,
+        then drop every partition so that its response is discarded unread."""
+        assigned = list(self._consumer.assignment())
+        if assigned:
+            self._consumer.pause(*assigned)
+        while self._in_flight() and time.monotonic() < deadline:
+            self._consumer.poll(timeout_ms=1)
+        self._consumer.assign([])
+        self._consumer.poll(timeout_ms=0)  # a parked response of a partition no longer assigned is dropped
+
+    def _in_flight(self) -> bool | None:
+        """Whether a fetch request is in flight (None: this kafka-python does not say)."""
+        pending = getattr(getattr(self._consumer, "_fetcher", None), "_nodes_with_pending_fetch_requests", None)
+        return None if pending is None else bool(pending)
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 def lag(latest: Mapping[str, Mapping[int, int]], done: Mapping[str, Mapping[int, int]]) -> dict[str, dict[int, int]]:

@@ -7,9 +7,9 @@ assignment and yields raw records as ``(topic string, value string)``; the
 fragment parses each topic's JSON with its declared schema. Offsets are
 ``{topic: {partition: next offset}}``: Spark keeps them in the query's
 checkpoint (offset log), so a query restarted from its checkpoint resumes
-exactly where its last committed batch ended. End offsets use the Tansu
-workaround of :mod:`runtime.broker.offsets` (kafka-python, once per trigger);
-records are read with librdkafka (:mod:`runtime.broker.rdkafka`) and become
+exactly where its last committed batch ended. End offsets come from
+:class:`runtime.broker.offsets.EndProbe` (kafka-python, once per trigger: a fetch
+at the ends last found, answered by the high watermark); records are read with librdkafka (:mod:`runtime.broker.rdkafka`) and become
 Arrow arrays in bulk.
 
 Options: ``bootstrap``; ``topics``, JSON ``{topic: {partition: start offset}}``
@@ -330,12 +330,12 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _ends(self) -> dict[str, dict[str, int]]:
         from kafka.errors import KafkaError
 
-        from runtime.broker.offsets import probe_consumer, topic_end_offsets
+        from runtime.broker.offsets import EndProbe
 
         try:
             if self._probe is None:
-                self._probe = probe_consumer(self.bootstrap)
-            ends = topic_end_offsets(self._probe, list(self.start_offsets))
+                self._probe = EndProbe(self.bootstrap)
+            ends = self._probe.topic_ends(list(self.start_offsets))
         except (KafkaError, OSError):
             if self._probe is not None:
                 self._probe.close()

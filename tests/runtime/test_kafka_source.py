@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from kafka import TopicPartition
 
-from runtime.broker.offsets import probe_consumer, topic_end_offsets
+from runtime.broker.offsets import EndProbe, probe_consumer, topic_end_offsets
 from runtime.broker.topics import Topics
 from runtime.spark.session import spark_session
 from tests.fixtures.kafka_io import produce, read_all
@@ -31,17 +32,43 @@ def test_end_offsets_survive_the_tansu_batch_bug(kafka_bootstrap, topic_factory)
     assert sum(_ends(kafka_bootstrap, topic).values()) == 3000
 
 
+def test_the_readers_probe_agrees_with_the_reference_as_topics_grow(kafka_bootstrap, topic_factory):
+    """EndProbe (a fetch at the end it last found) gives the full probe's answer, round after round: partitions
+    growing by several batches, by one, or not at all, empty ones, and a topic that does not exist."""
+    busy, quiet = topic_factory("busy", partitions=3), topic_factory("quiet", partitions=2)
+    chooser = random.Random(7)
+    probe = EndProbe(kafka_bootstrap)
+    reference = probe_consumer(kafka_bootstrap)
+    try:
+        assert probe.fetches_at_the_end, "this kafka-python does not say when a fetch is in flight: the probe reads " \
+                                         "the last batch every time"
+        assert probe.topic_ends([busy, quiet, "no-such-topic"]) == {busy: {0: 0, 1: 0, 2: 0}, quiet: {0: 0, 1: 0}}
+        for round_ in range(8):
+            produce(kafka_bootstrap, busy, ({"i": i} for i in range(chooser.randint(1, 2500))), linger_ms=30)
+            if round_ % 3 == 0:
+                produce(kafka_bootstrap, quiet, ({"i": i} for i in range(chooser.randint(1, 40))))
+            expected = topic_end_offsets(reference, [busy, quiet])
+            assert probe.topic_ends([busy, quiet]) == expected, f"round {round_}"
+            assert probe.topic_ends([busy, quiet]) == expected, f"round {round_}, asked again with nothing new"
+        assert sum(expected[busy].values()) > 2500 and all(expected[quiet].values())
+    finally:
+        probe.close()
+        reference.close()
+
+
 def test_end_offsets_are_right_on_the_object_store_broker_whose_list_offsets_lags(tmp_path):
     """Tansu on its object store (the durable ``sana up``): ListOffsets stays put on some writes (every other one
     here), so a probe trusting "L did not move, so the end did not" misses the last batch; that probe, tried in the
     stream reader, left a window sink short of its last records in the durable restart test. The reader's end
-    offsets (the last batch read every time) are right after every write, and across a kill of the broker."""
+    offsets are right after every write, and across a kill of the broker: the full probe's (the last batch read
+    every time) and EndProbe's (a fetch at the end it last found, answered by the high watermark)."""
     broker = RestartableBroker(tmp_path)
     topics = Topics(broker.bootstrap)
     topics.ensure(["lagging"])
     topics.close()
     probe = probe_consumer(broker.bootstrap)
     listing = probe_consumer(broker.bootstrap)
+    readers = EndProbe(broker.bootstrap)
     partition = TopicPartition("lagging", 0)
     written, stayed = 0, 0
     try:
@@ -50,16 +77,18 @@ def test_end_offsets_are_right_on_the_object_store_broker_whose_list_offsets_lag
             written += produce(broker.bootstrap, "lagging", ({"i": i} for i in range(count)), linger_ms=5)
             stayed += listing.end_offsets([partition])[partition] == listed_before
             assert topic_end_offsets(probe, ["lagging"]) == {"lagging": {0: written}}, f"round {round_}"
+            assert readers.topic_ends(["lagging"]) == {"lagging": {0: written}}, f"round {round_}: EndProbe"
             if round_ == 4:
                 broker.kill()
                 broker.start()
-                for consumer in (probe, listing):
+                for consumer in (probe, listing, readers):
                     consumer.close()
                 probe, listing = probe_consumer(broker.bootstrap), probe_consumer(broker.bootstrap)
+                readers = EndProbe(broker.bootstrap)
         assert stayed, "ListOffsets moved with every write: this broker no longer shows what the test is about"
     finally:
-        probe.close()
-        listing.close()
+        for consumer in (probe, listing, readers):
+            consumer.close()
         broker.close()
 
 
