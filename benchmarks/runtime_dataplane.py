@@ -369,7 +369,10 @@ class Bench:
                     values.clear()
                 time.sleep(seconds)
             one, two = arrivals.latencies[direct], arrivals.latencies[hopped]
+            phases = [{**_batch_phases(query.query), "last_callback": query.last_timing}
+                      for query in manager.runtime.queries.values()]
             return {"records": [len(one), len(two)], "trigger_s": 0.5, "rate_per_s": rate,
+                    "batch_ms_p50_by_phase": phases,
                     "one_query_ms": {"p50": round(pct(one, 50)), "p99": round(pct(one, 99))},
                     "two_queries_via_kafka_ms": {"p50": round(pct(two, 50)), "p99": round(pct(two, 99))},
                     "added_by_the_hop_ms": {"p50": round(pct(two, 50) - pct(one, 50)), "p99": round(pct(two, 99) - pct(one, 99))}}
@@ -491,6 +494,13 @@ class Bench:
                     self.drop(manager, prefix)
         results["rate_per_s"], results["window_s"], results["trigger_s"] = rate, seconds, 1.0
         return results
+
+
+def _batch_phases(query) -> dict[str, float]:
+    """Median milliseconds of each phase Spark reports (``durationMs``) over a query's recent batches with input."""
+    progress = [p for p in (query.recentProgress if query is not None else []) if p["numInputRows"]]
+    names = sorted({name for p in progress for name in p["durationMs"]})
+    return {name: statistics.median(p["durationMs"].get(name, 0) for p in progress) for name in names}
 
 
 def main() -> None:
