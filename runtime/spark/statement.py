@@ -43,7 +43,7 @@ class Statement:
     """Evaluate the live plan on one micro-batch."""
 
     def evaluate(self, plan: LivePlan, keyed: Mapping[str, Any], df: DataFrame, batch_id: int,
-                 probe: bool = False) -> tuple[int, int]:
+                 probe: bool = False, fold_replays: bool = True) -> tuple[int, int]:
         """Run the plan on one micro-batch: one SQL statement (CTEs + UNION ALL of the outputs), one write.
 
         With ``probe`` the outputs are computed in full but nothing is written
@@ -80,9 +80,13 @@ class Statement:
             states = self.load_states(batch_id) if stateful else {}
             new_states: dict[str, Any] = {}
             internal = f"{token}_raw"
-            if plan.reads:
-                internal = self._drop_replays(session, token, set(plan.reads.values()), states, new_states, views,
-                                              count=not probe)
+            # Reading another query's output, the origins of its records say which are replays. Where the batch's
+            # output comes to the driver and no keyed state is touched, they ride in the output's job, and the batch
+            # is computed again without the replays in the rare batch that has some; else a job of their own reads them.
+            fold = fold_replays and bool(plan.reads) and not keyed and not probe and self.producer is not None
+            if plan.reads and not fold:
+                origins = self._origins(session, token, set(plan.reads.values()))
+                internal = self._drop_replays(session, token, origins, states, new_states, views, count=not probe)
             def inputs_of(task: TaskSpec) -> dict[str, list[str]]:
                 """Per port, the CTE names of the task's inputs (an input read from a tap is defined here)."""
                 inputs: dict[str, list[str]] = {port.name: [] for port in get_operator(task.type).ports}
@@ -143,6 +147,8 @@ class Statement:
                     if depth[task.id] == layer and task.id in keyed:
                         build(task, scanned.get(task.id, NOT_SCANNED))
             union = " UNION ALL ".join(encode_sql(names[task_id], topic) for task_id, topic in plan.outputs)
+            if fold:
+                union = f"{union} UNION ALL {_origins_sql(token, set(plan.reads.values()))}"
             output = session.sql(ctes.statement(union, [names[task_id] for task_id, _ in plan.outputs]))
             headers = [("sana.writer", self.id.encode()), ("sana.run", self.run.encode()), ("sana.batch", str(batch_id).encode())]
             planned = time.perf_counter()
@@ -154,6 +160,12 @@ class Statement:
                 # union has a task per output and input partition, and every task deserializes the generated
                 # code of every output (docs/reuse.md, "Where a hosted query's CPU goes").
                 table = output.coalesce(self._cores).toArrow()
+                if fold:
+                    table, origins = _split_origins(table)
+                    memory = _memory(states)
+                    if replays(memory, origins):  # the rare batch with replays: again, their origins read first
+                        return self.evaluate(plan, keyed, df, batch_id, fold_replays=False)
+                    new_states[REPLAYS_KEY] = memory
                 collected = time.perf_counter()
                 written = self.producer.send_table(table, headers)
                 self._count_written(plan, table)
@@ -202,13 +214,17 @@ class Statement:
                 self.written_bytes[task_id] = self.written_bytes.get(task_id, 0) + int(size)
                 self.written_records[task_id] = self.written_records.get(task_id, 0) + int(count)
 
-    def _drop_replays(self, session, token: str, topics: set[str], states: dict[str, Any], new_states: dict[str, Any],
-                      views: list[str], count: bool = True) -> str:
+    @staticmethod
+    def _origins(session, token: str, topics: set[str]) -> list[tuple[str, str]]:
+        """``(topic, origin)`` of the batch's records read from ``topics`` (other queries' outputs), in order."""
+        rows = session.sql(f"SELECT topic, origin FROM {token}_raw WHERE {_origin_condition(topics)}").toArrow()
+        return list(zip(rows.column("topic").to_pylist(), rows.column("origin").to_pylist()))
+
+    def _drop_replays(self, session, token: str, origins: list[tuple[str, str]], states: dict[str, Any],
+                      new_states: dict[str, Any], views: list[str], count: bool = True) -> str:
         """The raw view without records of upstream batches this query already processed (see replays.py)."""
-        listed = ", ".join(literal(topic) for topic in sorted(topics))
-        rows = session.sql(f"SELECT topic, origin FROM {token}_raw WHERE origin IS NOT NULL AND topic IN ({listed})").toArrow()
-        seen = {key: (batch, set(seqs)) for key, (batch, seqs) in (states.get(REPLAYS_KEY) or {}).items()}
-        dropped = replays(seen, zip(rows.column("topic").to_pylist(), rows.column("origin").to_pylist()))
+        seen = _memory(states)
+        dropped = replays(seen, origins)
         new_states[REPLAYS_KEY] = seen
         if not dropped:
             return f"{token}_raw"
@@ -220,6 +236,42 @@ class Statement:
             .createOrReplaceTempView(f"{token}_dedup")
         views.extend([f"{token}_drop", f"{token}_dedup"])
         return f"{token}_dedup"
+
+
+#: The ``topic`` of the rows that carry origins in a folded output job: never a Kafka topic name ('|' is not allowed).
+ORIGINS = "|origins"
+
+
+def _memory(states: Mapping[str, Any]) -> dict:
+    """A copy of the replay memory kept with the states (replays() updates it in place)."""
+    return {key: (batch, set(seqs)) for key, (batch, seqs) in (states.get(REPLAYS_KEY) or {}).items()}
+
+
+def _origin_condition(topics: set[str]) -> str:
+    listed = ", ".join(literal(topic) for topic in sorted(topics))
+    return f"origin IS NOT NULL AND topic IN ({listed})"
+
+
+def _origins_sql(token: str, topics: set[str]) -> str:
+    """A branch of the output's union: one row per record read from ``topics``, its topic and origin in ``value``."""
+    return f"SELECT {literal(ORIGINS)} AS topic, concat(topic, '|', origin) AS value FROM {token}_raw " \
+           f"WHERE {_origin_condition(topics)}"
+
+
+def _split_origins(table):
+    """The output rows of a folded job, and the ``(topic, origin)`` pairs its origin rows carry, in order.
+
+    >>> import pyarrow as pa
+    >>> rows, origins = _split_origins(pa.table({"topic": ["out", ORIGINS, "out", ORIGINS],
+    ...                                          "value": ["{}", "tap|q1|4|0|0", "{}", "tap|q1|4|1|0"]}))
+    >>> rows.num_rows, origins
+    (2, [('tap', 'q1|4|0|0'), ('tap', 'q1|4|1|0')])
+    """
+    import pyarrow.compute as pc
+
+    marked = pc.equal(table.column("topic"), ORIGINS)
+    origins = [tuple(value.split("|", 1)) for value in table.filter(marked).column("value").to_pylist()]
+    return table.filter(pc.invert(marked)), origins
 
 
 class Ctes:
