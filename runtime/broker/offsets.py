@@ -8,9 +8,9 @@ the record at L-1 with a 1-byte fetch limit (the broker still returns the
 whole batch holding it) and use max(L, last offset seen + 1, the fetch
 response's high watermark). On a correct broker this returns L.
 
-A stream reader asks every trigger; its :class:`EndProbe` takes the first
-answer for a partition from :func:`end_offsets` and then fetches at the end
-it last found, answered by the fetch response's high watermark. It does not
+A stream reader asks every trigger; its :class:`EndProbe` fetches at the end
+it last found (at L the first time), answered by the fetch response's high
+watermark. It does not
 trust ListOffsets to move with the log: a probe that read the last batch only
 where L had moved was withdrawn, because on Tansu's object-store engine (the
 durable ``sana up``) ListOffsets can stay put while a batch is appended (it
@@ -116,9 +116,9 @@ def _by_topic(ends: Mapping[TopicPartition, int]) -> dict[str, dict[int, int]]:
 class EndProbe:
     """End offsets of whole topics, asked again and again (a stream reader's every trigger).
 
-    A partition's first answer is :func:`end_offsets`'. After that the probe fetches at the end it last found
-    and answers with the fetch response's high watermark: one fetch request for all partitions, no
-    ListOffsets, and no batch read again (:func:`end_offsets` reads the last batch every time, thousands of
+    The probe fetches at the end it last found (at ListOffsets' L the first time) and answers with the fetch
+    response's high watermark: one fetch request for all partitions, no ListOffsets after the first, and no
+    batch read again (:func:`end_offsets` reads the last batch every time, thousands of
     records for a backlog written with linger); only a batch written since the last answer is parsed. The
     high watermark is the end on Apache Kafka and on both of Tansu's engines.
 
@@ -151,9 +151,9 @@ class EndProbe:
         deadline = time.monotonic() + self.timeout_s
         self._settle(deadline)
         first = [tp for tp in wanted if tp not in self._ends]
-        if first:
-            self._ends.update(end_offsets(self._consumer, first, self.timeout_s))
-            self._settle(deadline)
+        if first:  # ListOffsets' L is at most the end and an offset the partition holds: a place to fetch at
+            listed = self._consumer.end_offsets(first, timeout_ms=int(self.timeout_s * 1000))
+            self._ends.update((tp, int(offset)) for tp, offset in listed.items())
         ends = {tp: self._ends[tp] for tp in wanted}
         self._consumer.assign(wanted)
         for tp in wanted:

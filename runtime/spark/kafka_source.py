@@ -8,9 +8,10 @@ fragment parses each topic's JSON with its declared schema. Offsets are
 ``{topic: {partition: next offset}}``: Spark keeps them in the query's
 checkpoint (offset log), so a query restarted from its checkpoint resumes
 exactly where its last committed batch ended. End offsets come from
-:class:`runtime.broker.offsets.EndProbe` (kafka-python, once per trigger: a fetch
-at the ends last found, answered by the high watermark); records are read with librdkafka (:mod:`runtime.broker.rdkafka`) and become
-Arrow arrays in bulk.
+:class:`runtime.broker.offsets.EndProbe` (kafka-python, once per trigger: a
+fetch at the ends last found, answered by the high watermark); records are
+read with librdkafka (:mod:`runtime.broker.rdkafka`) and become Arrow arrays
+in bulk.
 
 Options: ``bootstrap``; ``topics``, JSON ``{topic: {partition: start offset}}``
 (the offsets a fresh query starts from: the runtime fixes them when it
