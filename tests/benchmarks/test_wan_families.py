@@ -19,11 +19,11 @@ def test_docstring_examples():
 def test_there_are_at_least_400_cases_besides_the_held_out_family():
     families = Counter(case["family"] for case in wan_families.cases())
     assert sum(count for family, count in families.items() if family not in wan_families.HELD_OUT) >= 400
-    assert set(wan_families.HELD_OUT) <= set(families) and len(families) == 10
+    assert set(wan_families.HELD_OUT) <= set(families) and len(families) == 11
 
 
 @pytest.mark.parametrize("family", ["heterogeneous", "bursty", "sites", "hub", "edge", "order", "records", "chains",
-                                    "small", "ring"])
+                                    "small", "ring", "regions"])
 def test_each_family_builds_scenarios_the_simulator_accepts(family):
     case = next(case for case in wan_families.cases(quick=True) if case["family"] == family)
     document = wan_families.scenario(case)
@@ -42,6 +42,10 @@ def test_the_families_vary_what_they_name():
     spokes = [link["bandwidth_mbps"] for link in hub["wan"]["links"] if "c0" not in (link["from"], link["to"])]
     to_hub = [link["bandwidth_mbps"] for link in hub["wan"]["links"] if "c0" in (link["from"], link["to"])]
     assert max(spokes) < min(to_hub)
+    regions = first("regions", sites=15, scale=1.0)["wan"]["links"]
+    near = [link["bandwidth_mbps"] for link in regions if link["latency_ms"] < 40]  # within a cluster
+    far = [link["bandwidth_mbps"] for link in regions if link["latency_ms"] >= 40]
+    assert near and far and max(far) < min(near)
     reversed_order = first("order", order="reversed")
     assert [query["name"] for query in reversed_order["queries"]][0] == "requests-per-region"
     sizes = {source["record_bytes"] for name, source in first("records")["sources"].items() if name.startswith("tweets-")}
