@@ -263,12 +263,15 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
             for number, document in enumerate(documents, start=1):
                 service.submit(document)
                 print(f"{label}: {number}/{count} submitted", file=sys.stderr, flush=True)
-            measured = service.measure_step(time.monotonic(), service.cpu_s())
+            produced, at = sum(service.produced.values()), time.monotonic()
+            measured = service.measure_step(at, service.cpu_s())
+            input_rps = (sum(service.produced.values()) - produced) / (time.monotonic() - at)
             stats = service.client.get("/stats").raise_for_status().json()
             sinks = service.check_sinks()
         finally:
             service.close()
-        row = {"variant": label, "workload": kind, "dataflows": count, "rate_per_stream": rate, "cores": measured["cores"],
+        row = {"variant": label, "workload": kind, "dataflows": count, "rate_per_stream": rate,
+               "produced_per_s": round(input_rps, 1), "cores": measured["cores"],
                "measured_s": measured["measured_s"], "running_tasks": measured["running_tasks"],
                "queries": measured["queries"], "containment_shares": stats["containment_shares"], "sinks": sinks}
         print(json.dumps({key: value for key, value in row.items() if key != "sinks"}), file=sys.stderr, flush=True)
