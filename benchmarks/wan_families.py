@@ -85,9 +85,10 @@ def generated_wan(sites: int, seed: int, kind: str, scale: float) -> tuple[dict[
         at = {name: (math.cos(2 * math.pi * i / sites), math.sin(2 * math.pi * i / sites)) for i, name in enumerate(names)}
     elif kind == "regions":
         rng.shuffle(names)
+        region = {name: i % REGIONS for i, name in enumerate(names)}
         centres = [(0.7 * math.cos(2 * math.pi * r / REGIONS), 0.7 * math.sin(2 * math.pi * r / REGIONS)) for r in range(REGIONS)]
-        at = {name: (centres[i % REGIONS][0] + rng.uniform(-0.15, 0.15), centres[i % REGIONS][1] + rng.uniform(-0.15, 0.15))
-              for i, name in enumerate(names)}
+        at = {name: (centres[region[name]][0] + rng.uniform(-0.15, 0.15), centres[region[name]][1] + rng.uniform(-0.15, 0.15))
+              for name in names}
     else:
         at = {name: (rng.random() * 2 - 1, rng.random() * 2 - 1) for name in names}
     links = []
@@ -99,7 +100,7 @@ def generated_wan(sites: int, seed: int, kind: str, scale: float) -> tuple[dict[
                 bandwidth /= 20.0
             if kind == "ring" and abs(names.index(a) - names.index(b)) not in (1, sites - 1):
                 bandwidth /= 10.0
-            if kind == "regions" and names.index(a) % REGIONS != names.index(b) % REGIONS:
+            if kind == "regions" and region[a] != region[b]:
                 bandwidth /= 5.0
             links.append({"from": a, "to": b, "bandwidth_mbps": round(bandwidth * scale, 3), "latency_ms": round(one_way, 1)})
     wan = {"sites": [*compute, *({"name": origin, "compute": False} for origin in origins)], "links": links}
