@@ -151,7 +151,7 @@ def _routes(app: FastAPI) -> None:
         return {
             "dataflows": [
                 {"id": flow.id, "name": flow.name, "owner": flow.owner, "submitted_at": _iso(flow.submitted_at),
-                 "tasks": flow.document_tasks(), "contained": visible_shares(principal, flow, flows),
+                 "tasks": flow.document_tasks(), "contained": visible_shares(principal, flow, state),
                  **statuses[flow.id]}
                 for flow in flows
             ]
@@ -166,9 +166,9 @@ def _routes(app: FastAPI) -> None:
         """
         flow = manager.dataflow(dataflow_id)
         check_visible(principal, flow.owner, dataflow_id)
-        theirs = [] if principal.admin else manager.snapshot().of_owner(flow.owner)
         return {**flow.document, "id": flow.id, "submitted_at": _iso(flow.submitted_at), "tasks": flow.document_tasks(),
-                "sinks": flow.sinks, "document": flow.document, "contained": visible_shares(principal, flow, theirs),
+                "sinks": flow.sinks, "document": flow.document,
+                "contained": visible_shares(principal, flow, manager.snapshot()),
                 **manager.statuses([flow], details=principal.admin)[flow.id]}
 
     @app.get("/dataflows/{dataflow_id}/cost", response_model=schemas.DataflowCostOut, responses=_ERRORS)

@@ -25,7 +25,6 @@ point of view instead, where the other owners' dataflows do not exist:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from manager.exceptions import DataflowNotFound
@@ -76,13 +75,13 @@ def submit_answer(principal: Principal, result: SubmitResult) -> dict[str, Any]:
     return answer
 
 
-def visible_shares(principal: Principal, flow: SubmittedDataflow, own: Iterable[SubmittedDataflow]) -> list[dict[str, Any]]:
+def visible_shares(principal: Principal, flow: SubmittedDataflow, state: State) -> list[dict[str, Any]]:
     """``flow``'s containment shares as ``principal`` may see them: an admin all; a user those reading a running task
-    that one of ``own`` (the owner's dataflows) runs as a task of its document, not only as the task a share reads."""
+    that one of the owner's dataflows runs as a task of its document, not only as the task a share reads (a lookup
+    per share in ``state``'s owner indexes)."""
     if principal.admin:
         return flow.shares()
-    theirs = {running for other in own for running in other.document_tasks().values()}
-    return [share for share in flow.shares() if share["reads"] in theirs]
+    return [share for share in flow.shares() if state.in_document_of(flow.owner, share["reads"])]
 
 
 def removal_answer(principal: Principal, result: RemoveResult) -> dict[str, Any]:

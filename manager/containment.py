@@ -399,9 +399,7 @@ def _select_columns(columns: Mapping[str, str]) -> frozenset[str] | None:
 def read_by_owner(state: State, owner: str | None, shares: Iterable[Contained]) -> frozenset[str]:
     """The running tasks ``shares`` read that a dataflow of ``owner`` runs as a task of its document (not only as
     the task a share of its reads): those an owner may be told about."""
-    return frozenset(share.reads for share in shares
-                     if any(state.dataflows[user].owner == owner and share.reads in state.dataflows[user].document_tasks().values()
-                            for user in state.users.get(share.reads, ())))
+    return frozenset(share.reads for share in shares if state.in_document_of(owner, share.reads))
 
 
 def containment_shares(state: State) -> dict[str, int]:

@@ -31,6 +31,25 @@ def is_added(task_id: str) -> bool:
     """Whether ``task_id`` is a task a containment share added to a dataflow, not one of its document."""
     return task_id.endswith((WIDER, ROLLUP))
 
+
+def _count(index: dict[str, dict[str | None, int]], task_id: str, owner: str | None, step: int) -> None:
+    """Add ``step`` to ``owner``'s count for ``task_id`` in a per-owner index, keeping no zero counts or empty tasks."""
+    owners = index.setdefault(task_id, {})
+    count = owners.get(owner, 0) + step
+    if count > 0:
+        owners[owner] = count
+    else:
+        owners.pop(owner, None)
+        if not owners:
+            del index[task_id]
+
+
+def read_only(flow: "SubmittedDataflow") -> set[str]:
+    """The running tasks ``flow`` uses only through its containment shares, not as tasks of its document."""
+    if not flow.contained:
+        return set()
+    return flow.running_ids() - set(flow.document_tasks().values())
+
 #: Link loads closer to zero than this are zero (float residue of adding and removing rates).
 LOAD_EPSILON = 1e-9
 
@@ -144,7 +163,10 @@ class State:
     - ``owned``: owner -> the ids of the dataflows it has submitted; ``owner_users``:
       running task id -> owner -> how many of its users that owner submitted
       (so limits and answers per owner cost a lookup, not a scan of every
-      dataflow). Both follow :meth:`add_dataflow` and :meth:`drop_dataflow`;
+      dataflow); ``owner_reads``: running task id -> owner -> how many of
+      those users use it only as what a containment share reads, not as a
+      task of their document (:meth:`in_document_of`). All three follow
+      :meth:`add_dataflow` and :meth:`drop_dataflow`;
     - ``tally``: the counts ``GET /stats`` answers (submitted tasks, running
       streams, tasks by how many dataflows use them, containment shares by
       kind), kept as tasks and dataflows come and go so that reading them costs
@@ -170,6 +192,7 @@ class State:
     quarantined: set[str] = field(default_factory=set)
     owned: dict[str | None, set[str]] = field(default_factory=dict)
     owner_users: dict[str, dict[str | None, int]] = field(default_factory=dict)
+    owner_reads: dict[str, dict[str | None, int]] = field(default_factory=dict)
     tally: Tally = field(default_factory=Tally)
     next_dataflow: int = 1
     next_dag: int = 1
@@ -220,6 +243,7 @@ class State:
         self.tally.move_task(len(self.users[task_id]), None)
         del self.users[task_id]
         self.owner_users.pop(task_id, None)
+        self.owner_reads.pop(task_id, None)
         self.children.pop(task_id, None)
         for _, parent in task.inputs:
             if parent in self.children:
@@ -249,8 +273,9 @@ class State:
             if flow.id not in users:
                 self.tally.move_task(len(users), len(users) + 1)
             users.add(flow.id)
-            owners = self.owner_users.setdefault(task_id, {})
-            owners[flow.owner] = owners.get(flow.owner, 0) + 1
+            _count(self.owner_users, task_id, flow.owner, +1)
+        for task_id in read_only(flow):
+            _count(self.owner_reads, task_id, flow.owner, +1)
 
     def drop_dataflow(self, dataflow_id: str) -> SubmittedDataflow:
         """Forget a submitted dataflow and its uses of running tasks (the tasks stay)."""
@@ -265,15 +290,9 @@ class State:
             if flow.id in users:
                 self.tally.move_task(len(users), len(users) - 1)
             users.discard(flow.id)
-            owners = self.owner_users.get(task_id)
-            if owners is not None:
-                count = owners.get(flow.owner, 0) - 1
-                if count > 0:
-                    owners[flow.owner] = count
-                else:
-                    owners.pop(flow.owner, None)
-                    if not owners:
-                        del self.owner_users[task_id]
+            _count(self.owner_users, task_id, flow.owner, -1)
+        for task_id in read_only(flow):
+            _count(self.owner_reads, task_id, flow.owner, -1)
         return flow
 
     def of_owner(self, owner: str | None) -> list[SubmittedDataflow]:
@@ -286,6 +305,11 @@ class State:
     def uses(self, owner: str | None, task_id: str) -> bool:
         """Whether a dataflow of ``owner`` uses running task ``task_id``."""
         return self.owner_users.get(task_id, {}).get(owner, 0) > 0
+
+    def in_document_of(self, owner: str | None, task_id: str) -> bool:
+        """Whether a dataflow of ``owner`` runs ``task_id`` as a task of its document (not only as what one of its
+        containment shares reads): two lookups, whatever the number of the task's users."""
+        return self.owner_users.get(task_id, {}).get(owner, 0) > self.owner_reads.get(task_id, {}).get(owner, 0)
 
     def set_dag(self, task_id: str, dag: str) -> None:
         old = self.dag_of.get(task_id)
