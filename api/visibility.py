@@ -48,15 +48,10 @@ def check_visible(principal: Principal, owner: str | None, dataflow_id: str) -> 
 
 def check_topic_visible(principal: Principal, topic: str, state: State) -> None:
     """Raise what a missing topic raises unless ``principal`` is an admin or one of their dataflows uses ``topic``."""
-    if principal.admin or any(topic in dataflow_topics(flow) for flow in state.of_owner(principal.name)):
+    if principal.admin or state.owner_uses_topic(principal.name, topic):
         return
     raise TopicNotFound(f"no topic {topic!r} among the topics {principal.name!r}'s dataflows read or write",
                         culprit={"topic": topic})
-
-
-def dataflow_topics(flow: SubmittedDataflow) -> set[str]:
-    """The topics ``flow``'s sources read and its sinks write, as submitted."""
-    return {task["config"]["topic"] for task in flow.document["tasks"] if task["type"] in ("source", "sink")}
 
 
 def submit_answer(principal: Principal, result: SubmitResult) -> dict[str, Any]:

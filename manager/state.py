@@ -32,16 +32,21 @@ def is_added(task_id: str) -> bool:
     return task_id.endswith((WIDER, ROLLUP))
 
 
-def _count(index: dict[str, dict[str | None, int]], task_id: str, owner: str | None, step: int) -> None:
-    """Add ``step`` to ``owner``'s count for ``task_id`` in a per-owner index, keeping no zero counts or empty tasks."""
-    owners = index.setdefault(task_id, {})
-    count = owners.get(owner, 0) + step
+def _count(index: dict, outer: Any, inner: Any, step: int) -> None:
+    """Add ``step`` to ``index[outer][inner]`` (a count), keeping no zero counts and no empty inner dicts."""
+    counts = index.setdefault(outer, {})
+    count = counts.get(inner, 0) + step
     if count > 0:
-        owners[owner] = count
+        counts[inner] = count
     else:
-        owners.pop(owner, None)
-        if not owners:
-            del index[task_id]
+        counts.pop(inner, None)
+        if not counts:
+            del index[outer]
+
+
+def document_topics(flow: "SubmittedDataflow") -> set[str]:
+    """The topics ``flow``'s sources read and its sinks write, as submitted."""
+    return {task["config"]["topic"] for task in flow.document["tasks"] if task["type"] in ("source", "sink")}
 
 
 def read_only(flow: "SubmittedDataflow") -> set[str]:
@@ -165,8 +170,10 @@ class State:
       (so limits and answers per owner cost a lookup, not a scan of every
       dataflow); ``owner_reads``: running task id -> owner -> how many of
       those users use it only as what a containment share reads, not as a
-      task of their document (:meth:`in_document_of`). All three follow
-      :meth:`add_dataflow` and :meth:`drop_dataflow`;
+      task of their document (:meth:`in_document_of`); ``owner_topics``:
+      owner -> topic -> how many of its dataflows read or write the topic
+      (:meth:`owner_uses_topic`). All four follow :meth:`add_dataflow` and
+      :meth:`drop_dataflow`;
     - ``tally``: the counts ``GET /stats`` answers (submitted tasks, running
       streams, tasks by how many dataflows use them, containment shares by
       kind), kept as tasks and dataflows come and go so that reading them costs
@@ -193,6 +200,7 @@ class State:
     owned: dict[str | None, set[str]] = field(default_factory=dict)
     owner_users: dict[str, dict[str | None, int]] = field(default_factory=dict)
     owner_reads: dict[str, dict[str | None, int]] = field(default_factory=dict)
+    owner_topics: dict[str | None, dict[str, int]] = field(default_factory=dict)
     tally: Tally = field(default_factory=Tally)
     next_dataflow: int = 1
     next_dag: int = 1
@@ -276,6 +284,8 @@ class State:
             _count(self.owner_users, task_id, flow.owner, +1)
         for task_id in read_only(flow):
             _count(self.owner_reads, task_id, flow.owner, +1)
+        for topic in document_topics(flow):
+            _count(self.owner_topics, flow.owner, topic, +1)
 
     def drop_dataflow(self, dataflow_id: str) -> SubmittedDataflow:
         """Forget a submitted dataflow and its uses of running tasks (the tasks stay)."""
@@ -293,6 +303,8 @@ class State:
             _count(self.owner_users, task_id, flow.owner, -1)
         for task_id in read_only(flow):
             _count(self.owner_reads, task_id, flow.owner, -1)
+        for topic in document_topics(flow):
+            _count(self.owner_topics, flow.owner, topic, -1)
         return flow
 
     def of_owner(self, owner: str | None) -> list[SubmittedDataflow]:
@@ -305,6 +317,10 @@ class State:
     def uses(self, owner: str | None, task_id: str) -> bool:
         """Whether a dataflow of ``owner`` uses running task ``task_id``."""
         return self.owner_users.get(task_id, {}).get(owner, 0) > 0
+
+    def owner_uses_topic(self, owner: str | None, topic: str) -> bool:
+        """Whether a dataflow of ``owner`` reads or writes ``topic`` (a source or sink of its document): a lookup."""
+        return self.owner_topics.get(owner, {}).get(topic, 0) > 0
 
     def in_document_of(self, owner: str | None, task_id: str) -> bool:
         """Whether a dataflow of ``owner`` runs ``task_id`` as a task of its document (not only as what one of its
