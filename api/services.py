@@ -58,6 +58,7 @@ def build_services(settings: Settings) -> Services:
         )
         runtime = SparkRuntime(client, settings.state_prefix, settings.effective_kafka_bootstrap,
                                settings.spark_master, settings.checkpoint_dir, trigger_s=settings.trigger_s,
+                               keep_idle_s=settings.keep_idle_queries_s,
                                keyed_workers=settings.keyed_workers, reshape=reshape, ansi_sql=settings.ansi_sql)
     manager = Manager(client, settings.state_prefix, runtime, wan_config=settings.wan_config, sharing=settings.sharing,
                       containment=settings.containment,

@@ -44,6 +44,11 @@ class Settings(BaseSettings):
         1.0, ge=0.1, le=600.0,
         description="Micro-batch trigger interval of every fragment query, seconds (each idle query costs CPU per trigger).",
     )
+    keep_idle_queries_s: float = Field(
+        30.0, ge=0.0, le=3600.0,
+        description="How long a Spark query whose last task left keeps running, for a later change that needs a query "
+        "reading the same topics at its site (no query start then); 0 stops it at once.",
+    )
     ansi_sql: bool = Field(
         False,
         description="Evaluate expressions in Spark's ANSI mode: a bad cast, a division by zero, an index out of range "

@@ -44,6 +44,7 @@ from runtime.quarantine import Quarantine, TaskFailure
 from runtime.spark.defrag import merge_queries
 from runtime.spark.handover import HandOver, hand_over
 from runtime.spark.fragment import FragmentQuery
+from runtime.spark.idle import IdleQueries, IdleQuery
 from runtime.spark.live_plan import LivePlan
 from runtime.spark.query_records import QueryRecords
 from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts, mergeable
@@ -63,7 +64,7 @@ class SparkRuntime:
 
     def __init__(self, client: redis.Redis, prefix: str, bootstrap: str, spark_master: str, checkpoint_dir: Path,
                  *, trigger_s: float = 1.0, internal_partitions: int = 1, max_records_per_batch: int = 0,
-                 executor_writes: bool | None = None, hosting: bool = True, warm: bool = True,
+                 executor_writes: bool | None = None, hosting: bool = True, warm: bool = True, keep_idle_s: float = 0.0,
                  keyed_workers: int | None = None, reshape: ReshapeSettings | None = None,
                  ansi_sql: bool = False, links: Mapping[tuple[str, str], str] | None = None) -> None:
         """``ansi_sql``: evaluate expressions in Spark's ANSI mode, where a bad cast, a division by zero or an
@@ -72,7 +73,10 @@ class SparkRuntime:
         ``links`` maps a directed link ``(from site, to site)`` to the Kafka address a query at ``to`` reads the
         streams of tasks at ``from`` through (a site's gateway; in the emulated WAN, the link's shaping proxy,
         :mod:`wan_sim.emulation`). Reads within a site, reads over a link not listed, and every write use
-        ``bootstrap``."""
+        ``bootstrap``.
+
+        ``keep_idle_s``: how long a query whose last task left keeps running for a later change that needs a query
+        reading the same topics (:mod:`runtime.spark.idle`); 0 stops it at once."""
         self.redis = client
         self.prefix = prefix
         self.bootstrap = bootstrap
@@ -101,6 +105,7 @@ class SparkRuntime:
         self.host: dict[str, str] = {}
         self.queries: dict[str, FragmentQuery] = {}
         self.plans: dict[str, QueryLayout] = {}
+        self.idle = IdleQueries(keep_idle_s)
         self._plan_version = 0
         self._spark = None
         self._spark_error: BaseException | None = None
@@ -115,6 +120,8 @@ class SparkRuntime:
         self.meter = CostMeter(self._counters)
         self.supervisor = Supervisor(lambda: self.queries, self._lock, self.meter, self._closing)
         self.supervisor.start()
+        if keep_idle_s > 0:
+            threading.Thread(target=self._stop_idle_queries, name="sana-idle-queries", daemon=True).start()
 
     # -- the SparkSession ------------------------------------------------------------
 
@@ -199,7 +206,7 @@ class SparkRuntime:
         """
         session = "ready" if self._spark is not None else ("failed" if self._spark_error else "starting")
         result: dict[str, Any] = {"status": "ok", "kind": self.kind, "session": session, "queries": len(self.queries),
-                                  "running_tasks": len(self.tasks)}
+                                  "idle_queries": len(self.idle), "running_tasks": len(self.tasks)}
         if self._spark_error is not None:
             result.update(status="down", error=str(self._spark_error))
         return result
@@ -260,7 +267,7 @@ class SparkRuntime:
             for query in self.queries.values():
                 if query.alive():
                     query.drain(timeout_s=15)
-            for query in self.queries.values():
+            for query in [*self.queries.values(), *self.idle.drain()]:
                 query.close()
             self.queries.clear()
         self.topics.close()
@@ -273,7 +280,7 @@ class SparkRuntime:
         micro-batch: a restart resumes there) and where a query not running started (it may resume anywhere from
         there), the lowest per partition."""
         records = self.query_records.load()
-        running = dict(self.queries)
+        running = {**self.idle.queries(), **self.queries}  # an idle query resumes where it is if a change takes it
         lowest: dict[str, dict[int, int]] = {}
         for query_id in sorted(set(records) | set(running)):
             started = (records.get(query_id) or {}).get("inputs") or {}
@@ -394,9 +401,10 @@ class SparkRuntime:
         if self.links:  # what routes() reads: the running and the desired set's taps (not every task ever run)
             self._topic_sites = {topic: tasks[task_id].site for layout, tasks in ((self.plans, self.tasks), (plans, desired))
                                  for plan in layout.values() for task_id, topic in plan.outputs if task_id in tasks}
+        reused = self._take_idle(host, plans, records) if handing_over is None else []
         created_topics: list[str] = []
         started: list[FragmentQuery] = []
-        new_records: list[str] = []
+        new_records = [idle.query.id for idle in reused]  # their records were deleted when they went idle
         try:
             if plans:
                 self.spark()
@@ -440,24 +448,65 @@ class SparkRuntime:
                     raise
                 raise QueryFailed(f"{reason}: {error}") from error
             log.error("%s failed (%s); rolling back", reason, error)
-            self._roll_back(started, old[1], old[2], new_records, records, created_topics)
+            self._roll_back([*started, *(idle.query for idle in reused)], old[1], old[2], new_records, records,
+                            created_topics)
             self.tasks, self.host = old[0], old[1]
             if isinstance(error, RuntimeFailure):
                 raise
             raise QueryFailed(f"{reason}: {error}") from error
         for query_id in [q for q in list(self.queries) if q not in plans]:
             query = self.queries.pop(query_id)
+            self.supervisor.forget(query_id)
             if query.alive():
                 query.set_plan(LivePlan(self._next_version()), wait=True)
-            query.discard()
-            log.info("stopped query %s", query_id)
+            stopping = self.idle.keep(query, records.get(query_id)) if handing_over is None else [query]
+            if query not in stopping:
+                log.info("query %s is idle: kept for %.0f s for a change that reads %s", query_id, self.idle.keep_s,
+                         sorted(records[query_id]["inputs"]))
+            for stopped in stopping:
+                stopped.discard()
+                log.info("stopped query %s", stopped.id)
         for query_id in [q for q in list(records) if q not in plans]:
             records.pop(query_id)
             self.query_records.delete(query_id)
-            shutil.rmtree(self.checkpoint_root / query_id, ignore_errors=True)
+            if query_id not in self.idle:
+                shutil.rmtree(self.checkpoint_root / query_id, ignore_errors=True)
         self.quarantine.forget(set(old[0]) - set(desired))
         self.tasks, self.host, self.plans = desired, host, plans
-        self.delete_unused_topics(internal)
+        self.delete_unused_topics(internal | self.idle.topics())
+
+    def _take_idle(self, host: dict[str, str], plans: dict[str, QueryLayout],
+                   records: dict[str, dict[str, Any]]) -> list[IdleQuery]:
+        """Give each new query of ``plans`` an idle query that reads the same topics at its site instead, if one is
+        kept: renamed in ``host`` and ``plans``, running (with its record in ``records``) in :attr:`queries`."""
+        taken = []
+        for query_id in [q for q in plans if q not in self.queries and q not in records]:
+            plan = plans[query_id]
+            # over an emulated WAN, an input whose writer moved to another site is read over another link
+            idle = self.idle.take(plan.input_topics, plan.tasks[0].site if plan.tasks else None,
+                                  lambda candidate: self.routes(candidate.record) == candidate.query.routes)
+            if idle is None:
+                continue
+            reused = idle.query.id
+            plans[reused] = plans.pop(query_id)
+            for fragment in [f for f, q in host.items() if q == query_id]:
+                host[fragment] = reused
+            records[reused] = idle.record
+            self.queries[reused] = idle.query
+            taken.append(idle)
+            log.info("query %s, idle, takes the work of new query %s", reused, query_id)
+        return taken
+
+    def _stop_idle_queries(self) -> None:
+        """Stop the queries idle for ``keep_s`` (checked a few times a second); their internal topics go if unused."""
+        while not self._closing.wait(min(1.0, self.idle.keep_s / 4)):
+            with self._lock:
+                expired = self.idle.expired()
+                for query in expired:
+                    query.discard()
+                    log.info("stopped query %s (idle for %.0f s)", query.id, self.idle.keep_s)
+                if expired:
+                    self.delete_unused_topics(internal_topics(self.plans.values()) | self.idle.topics())
 
     def _roll_back(self, started: list[FragmentQuery], old_host: dict[str, str], old_plans: dict[str, LivePlan],
                    new_records: list[str], records: dict[str, dict[str, Any]], created_topics: list[str]) -> None:
