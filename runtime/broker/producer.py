@@ -15,7 +15,9 @@ the same names, through a new producer before the batch is declared failed
 (:class:`runtime.broker.rdkafka.Sender`).
 
 A query whose plan stops writing a topic (an internal topic is deleted after
-that) retires it (:meth:`BatchProducer.retire`), and the next batch gets a
+that) retires it (:meth:`BatchProducer.retire`): once a send in progress
+ends, no row for it is written any more, also from a batch planned before
+(so a removal need not wait for that batch), and the next batch gets a
 fresh producer, so no client keeps asking the broker about a deleted topic.
 (kafka-python 3.0, the client before librdkafka, spun a whole core on such a
 topic once a metadata refresh dropped it.)
@@ -46,6 +48,7 @@ class BatchProducer:
         self._send_lock = threading.Lock()
         self._written: set[str] = set()  # topics the current producer has written
         self._retired = False
+        self._fenced: set[str] = set()  # retired topics: their rows are not written
         self.renewed = 0
 
     @property
@@ -66,13 +69,24 @@ class BatchProducer:
                 self.reset()
             if not self._sender.live:
                 self._written = set()
+            skip = frozenset(self._fenced)
             self._written.update(pc.unique(table.column("topic")).to_pylist())
-            return self._sender.send([table], headers, seq_base=0)
+            self._written -= skip
+            return self._sender.send([table], headers, seq_base=0, skip=skip)
 
     def retire(self, topics: set[str]) -> None:
-        """Nothing is written to ``topics`` any more: the next batch uses a new producer if this one wrote any."""
-        if self._written & set(topics):
-            self._retired = True
+        """Nothing is written to ``topics`` any more: returns once a send in progress has ended, and later sends
+        drop their rows for ``topics`` (until :meth:`resume`); the next batch uses a new producer if this one
+        wrote any of them."""
+        with self._send_lock:
+            self._fenced |= set(topics)
+            if self._written & set(topics):
+                self._retired = True
+
+    def resume(self, topics: set[str]) -> None:
+        """``topics`` are written again (a plan outputs them once more)."""
+        with self._send_lock:
+            self._fenced -= set(topics)
 
     def reset(self) -> None:
         self._sender.reset()

@@ -22,7 +22,7 @@ Producing keeps the guarantees of the path it replaced:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -109,11 +109,13 @@ def produce_one(client: Producer, topic: str, value: bytes, headers, on_delivery
 
 
 def produce_table(client: Producer, table: pa.Table | pa.RecordBatch, headers: Headers, failures: Failures,
-                  seq_base: int | None = 0) -> int:
-    """Queue rows ``(topic, value)`` of ``table``; returns how many. :func:`flush` says which failed.
+                  seq_base: int | None = 0, skip: Container[str] = ()) -> int:
+    """Queue rows ``(topic, value)`` of ``table``, but those for a topic in ``skip``; returns how many.
+    :func:`flush` says which failed.
 
-    Every record gets ``headers``, and with ``seq_base`` also ``sana.seq`` = ``seq_base`` + its row index.
-    Values go to librdkafka as the bytes of the Arrow column (no str per record).
+    Every record gets ``headers``, and with ``seq_base`` also ``sana.seq`` = ``seq_base`` + its row index (a
+    skipped row keeps its index: the others are named as without the skip). Values go to librdkafka as the bytes
+    of the Arrow column (no str per record).
     """
     rows = table.num_rows
     if rows == 0:
@@ -122,20 +124,17 @@ def produce_table(client: Producer, table: pa.Table | pa.RecordBatch, headers: H
     topics = table.column("topic").to_pylist()
     headers = list(headers)
     produce = client.produce
-    if seq_base is None:
-        for topic, value in zip(topics, values):
-            try:
-                produce(topic, value, headers=headers, on_delivery=failures)
-            except BufferError:
-                produce_one(client, topic, value, headers, failures)
-    else:
-        for seq, (topic, value) in enumerate(zip(topics, values), seq_base):
-            named = [*headers, ("sana.seq", b"%d" % seq)]
-            try:
-                produce(topic, value, headers=named, on_delivery=failures)
-            except BufferError:
-                produce_one(client, topic, value, named, failures)
-    return rows
+    queued = 0
+    for seq, (topic, value) in enumerate(zip(topics, values), seq_base or 0):
+        if topic in skip:
+            continue
+        named = headers if seq_base is None else [*headers, ("sana.seq", b"%d" % seq)]
+        try:
+            produce(topic, value, headers=named, on_delivery=failures)
+        except BufferError:
+            produce_one(client, topic, value, named, failures)
+        queued += 1
+    return queued
 
 
 def produce_records(client: Producer, records: Iterable[tuple[str, bytes, list[tuple[str, bytes]]]],
@@ -193,16 +192,18 @@ class Sender:
             self._client = self._make()
         return self._client
 
-    def send(self, tables: Iterable[pa.Table | pa.RecordBatch], headers: Headers, seq_base: int | None = 0) -> int:
-        """Produce every table's rows; returns how many once all are acknowledged.
+    def send(self, tables: Iterable[pa.Table | pa.RecordBatch], headers: Headers, seq_base: int | None = 0,
+             skip: Container[str] = ()) -> int:
+        """Produce every table's rows but those for a topic in ``skip``; returns how many once all are acknowledged.
 
         Raises :class:`RuntimeFailure` if some are still not acknowledged after one resend.
         """
-        count = 0
+        count = rows = 0
         try:
             for table in tables:
-                base = None if seq_base is None else seq_base + count
-                count += produce_table(self.client(), table, headers, self._failures, base)
+                base = None if seq_base is None else seq_base + rows
+                count += produce_table(self.client(), table, headers, self._failures, base, skip)
+                rows += table.num_rows
             if count == 0:
                 return 0
             flush(self.client(), self.flush_timeout_s)

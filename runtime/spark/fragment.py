@@ -231,6 +231,13 @@ class FragmentQuery(Statement, Isolation):
         self.close()
         shutil.rmtree(self.checkpoint, ignore_errors=True)
 
+    def reset_counters(self) -> None:
+        """Count cost from zero, as a new query does (an idle query taken by a change: the batches it ran idle and
+        the tasks it ran before are no cost of its new tasks)."""
+        self.busy_ms = 0.0
+        self.written_bytes = {}
+        self.written_records = {}
+
     # -- the live plan -----------------------------------------------------------
 
     def set_plan(self, plan: LivePlan, wait: bool = False, timeout_s: float = 120.0) -> None:
@@ -246,15 +253,28 @@ class FragmentQuery(Statement, Isolation):
                 ports = {port.name: [plan.schemas[parent] for p, parent in task.inputs if p == port.name] for port in spec.ports}
                 operator = factory(task, ports, **self.keyed_defaults)
             keyed[task.id] = operator
+        before, after = {topic for _, topic in self.plan.outputs}, {topic for _, topic in plan.outputs}
+        if self.producer is not None and after - before:  # before a batch can plan them
+            self.producer.resume(after - before)
         with self._cond:
             self._retired |= set(self.keyed) - set(keyed)
-            dropped = {topic for _, topic in self.plan.outputs} - {topic for _, topic in plan.outputs}
             self.plan = plan
             self.keyed = keyed
-        if dropped and self.producer is not None:
-            self.producer.retire(dropped)
+        if self.producer is not None and before - after:  # with the rows a batch planned before computes for them
+            self.producer.retire(before - after)
         if wait:
             self.wait_quiesced(plan.version, timeout_s)
+
+    @property
+    def fences_outputs(self) -> bool:
+        """Whether a dropped output is written no more once :meth:`set_plan` returns, even by a batch in flight
+        (the driver writes: its producer drops the rows); else (the executors write) only once that batch ends."""
+        return self.producer is not None
+
+    def quiesced(self, version: int) -> bool:
+        """Whether no batch runs a plan older than ``version``."""
+        with self._cond:
+            return self._in_flight is None or self._in_flight >= version or not self.alive()
 
     def wait_quiesced(self, version: int, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s

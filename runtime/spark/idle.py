@@ -43,7 +43,8 @@ class IdleQuery:
 
 
 class IdleQueries:
-    """The idle queries of one runtime; not thread-safe (the runtime calls it under its lock)."""
+    """The idle queries of one runtime: changed under the runtime's lock; :meth:`queries`, :meth:`topics` and
+    ``len`` may be read from any thread."""
 
     def __init__(self, keep_s: float, limit: int = MAX_IDLE, clock: Callable[[], float] = time.monotonic) -> None:
         self.keep_s = keep_s
@@ -58,11 +59,11 @@ class IdleQueries:
         return query_id in self._idle
 
     def queries(self) -> dict[str, FragmentQuery]:
-        return {query_id: idle.query for query_id, idle in self._idle.items()}
+        return {query_id: idle.query for query_id, idle in list(self._idle.items())}
 
     def topics(self) -> set[str]:
         """The topics the idle queries read (the runtime keeps those of them that are internal)."""
-        return set().union(*(idle.topics for idle in self._idle.values()))
+        return set().union(*(idle.topics for idle in list(self._idle.values())))
 
     def keep(self, query: FragmentQuery, record: dict[str, Any] | None) -> list[FragmentQuery]:
         """Keep ``query`` (its plan already empty) if it runs; returns the queries to stop instead: ``query`` when it

@@ -5,9 +5,12 @@ new fragments are hosted by a running query or get a query of their own
 (:mod:`runtime.spark.layout`); running queries get their new live plan (new
 taps, hosted tasks; removed tasks) without a restart; emptied queries stop and
 lose their checkpoint; internal topics are created before anything reads them
-and deleted when nothing uses them. ``apply`` returns once new queries have
-started and, when something was removed, once no batch still runs the old
-plan, so ``POST`` and ``DELETE`` answer when the work runs or has stopped.
+and deleted when nothing uses them (and no batch of an older plan still runs).
+``apply`` returns once new queries have started and, when something was
+removed, once nothing writes the removed outputs any more: at once where the
+driver writes (its producer drops their rows, also those of a batch planned
+before), else once no batch still runs the old plan. So ``POST`` and
+``DELETE`` answer when the work runs or has stopped writing.
 
 Which query hosts which fragment, and the offsets each query started from,
 are kept in Redis under ``<prefix>:runtime:`` so that a manager restarted
@@ -49,12 +52,14 @@ from runtime.spark.live_plan import LivePlan
 from runtime.spark.query_records import QueryRecords
 from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts, mergeable
 from runtime.spark.reshape import ReshapeSettings
+from runtime.spark.settling import SettlingTopics
 from runtime.spark.supervisor import Supervisor
 from sana.failpoints import fail_point
 
 log = logging.getLogger("sana.runtime.spark")
 
 DRAIN_TIMEOUT_S = 120.0
+HOUSEKEEPING_EVERY_S = 0.5
 
 
 class SparkRuntime:
@@ -120,8 +125,8 @@ class SparkRuntime:
         self.meter = CostMeter(self._counters)
         self.supervisor = Supervisor(lambda: self.queries, self._lock, self.meter, self._closing)
         self.supervisor.start()
-        if keep_idle_s > 0:
-            threading.Thread(target=self._stop_idle_queries, name="sana-idle-queries", daemon=True).start()
+        self.settling = SettlingTopics()
+        threading.Thread(target=self._housekeeping, name="sana-runtime-housekeeping", daemon=True).start()
 
     # -- the SparkSession ------------------------------------------------------------
 
@@ -424,6 +429,10 @@ class SparkRuntime:
                 self.query_records.save(record)
             fail_point("runtime.converge.recorded")
             removing = bool(set(self.tasks) - set(desired))
+            # A query whose driver writes drops a removed output's rows at once, also those of a batch in flight
+            # (FragmentQuery.fences_outputs): the change need not wait for that batch, only the topics it may
+            # still read wait to be deleted. Where the executors write, the change waits for it.
+            unsettled: list[tuple[FragmentQuery, int]] = []
             for query_id, plan in plans.items():
                 query = self.queries.get(query_id)
                 live = self.live_plan(plan)
@@ -437,7 +446,10 @@ class SparkRuntime:
                     started.append(query)
                     log.info("%s: started query %s for fragments %s", reason, query_id, sorted(query.fragments or records[query_id]["fragments"]))
                 elif not live.same_work(query.plan):
-                    query.set_plan(live, wait=removing)
+                    fenced = removing and handing_over is None and query.fences_outputs
+                    query.set_plan(live, wait=removing and not fenced)
+                    if fenced:
+                        unsettled.append((query, live.version))
                 query.fragments = set(records[query_id]["fragments"])
             for query in started:
                 query.wait_running()
@@ -457,13 +469,17 @@ class SparkRuntime:
         for query_id in [q for q in list(self.queries) if q not in plans]:
             query = self.queries.pop(query_id)
             self.supervisor.forget(query_id)
+            empty = LivePlan(self._next_version())
             if query.alive():
-                query.set_plan(LivePlan(self._next_version()), wait=True)
+                query.set_plan(empty, wait=handing_over is not None or not query.fences_outputs)
             stopping = self.idle.keep(query, records.get(query_id)) if handing_over is None else [query]
             if query not in stopping:
                 log.info("query %s is idle: kept for %.0f s for a change that reads %s", query_id, self.idle.keep_s,
                          sorted(records[query_id]["inputs"]))
+                unsettled.append((query, empty.version))
             for stopped in stopping:
+                if stopped.alive():  # stopped between batches (one stopped in the middle is replayed elsewhere)
+                    stopped.wait_quiesced(empty.version if stopped is query else 0)
                 stopped.discard()
                 log.info("stopped query %s", stopped.id)
         for query_id in [q for q in list(records) if q not in plans]:
@@ -472,8 +488,10 @@ class SparkRuntime:
             if query_id not in self.idle:
                 shutil.rmtree(self.checkpoint_root / query_id, ignore_errors=True)
         self.quarantine.forget(set(old[0]) - set(desired))
+        # the topics the old plans used stay until the batches that ran them have ended
+        self.settling.hold(internal_topics(self.plans.values()) - internal, unsettled)
         self.tasks, self.host, self.plans = desired, host, plans
-        self.delete_unused_topics(internal | self.idle.topics())
+        self.delete_unused_topics(internal | self.idle.topics() | self.settling.topics())
 
     def _take_idle(self, host: dict[str, str], plans: dict[str, QueryLayout],
                    records: dict[str, dict[str, Any]]) -> list[IdleQuery]:
@@ -492,21 +510,25 @@ class SparkRuntime:
             for fragment in [f for f, q in host.items() if q == query_id]:
                 host[fragment] = reused
             records[reused] = idle.record
+            idle.query.reset_counters()
             self.queries[reused] = idle.query
             taken.append(idle)
             log.info("query %s, idle, takes the work of new query %s", reused, query_id)
         return taken
 
-    def _stop_idle_queries(self) -> None:
-        """Stop the queries idle for ``keep_s`` (checked a few times a second); their internal topics go if unused."""
-        while not self._closing.wait(min(1.0, self.idle.keep_s / 4)):
+    def _housekeeping(self) -> None:
+        """A few times a second: stop the queries idle for their keep time, and delete the internal topics that
+        neither a plan, an idle query nor a batch still running an older plan uses."""
+        while not self._closing.wait(HOUSEKEEPING_EVERY_S):
             with self._lock:
                 expired = self.idle.expired()
                 for query in expired:
                     query.discard()
                     log.info("stopped query %s (idle for %.0f s)", query.id, self.idle.keep_s)
-                if expired:
-                    self.delete_unused_topics(internal_topics(self.plans.values()) | self.idle.topics())
+                settling = len(self.settling)
+                unsettled = self.settling.topics()
+                if expired or len(self.settling) < settling:
+                    self.delete_unused_topics(internal_topics(self.plans.values()) | self.idle.topics() | unsettled)
 
     def _roll_back(self, started: list[FragmentQuery], old_host: dict[str, str], old_plans: dict[str, LivePlan],
                    new_records: list[str], records: dict[str, dict[str, Any]], created_topics: list[str]) -> None:

@@ -35,6 +35,8 @@ def test_a_new_query_reading_what_an_idle_one_reads_is_that_query(manager_factor
     produce(kafka_bootstrap, humid, early_humid)
     wait_sink(manager, kafka_bootstrap, f"{urban}-c1", as_written(expect_c(early_urban, early_humid)))
 
+    (c1_sink,) = [task_id for task_id, topic in runtime.plans[c_id].outputs if topic == f"{urban}-c1"]
+    assert c_query.written_records.get(c1_sink), "the first sink's writes are counted"
     manager.remove(first.id)
     assert list(runtime.queries) != [] and c_id not in runtime.queries, "C's query no longer runs a task"
     assert c_id in runtime.idle and c_query.alive(), "C's query is kept running, idle"
@@ -45,6 +47,7 @@ def test_a_new_query_reading_what_an_idle_one_reads_is_that_query(manager_factor
     again = manager.submit(flow_c(urban, humid, f"{urban}-c2"))
     assert c_id in runtime.queries and c_id not in runtime.idle, "the change took the idle query"
     assert runtime.queries[c_id] is c_query and c_query.query.runId == c_run, "... without restarting it"
+    assert c1_sink not in c_query.written_records, "its cost counters start again, as a new query's"
     assert runtime.runs(runtime.tasks)
     later_urban, later_humid = urban_records(200, 200), urban_records(2000, 100, seed=4)
     produce(kafka_bootstrap, urban, later_urban)

@@ -202,3 +202,43 @@ def test_kafka_python_checksums_record_batches_in_c():
 
     assert util.crc32c_c is not None
     assert util.calc_crc32c(memoryview(b"123456789")) == 0xE3069283  # the CRC-32C check value
+
+
+def test_a_retired_topics_rows_are_not_written_and_the_others_keep_their_names(fake_kafka):
+    fake_kafka.stuck_instances = 0
+    producer = module.BatchProducer("nowhere:9092")
+    producer.retire({"b"})
+    assert producer.send_table(TABLE, []) == 2, "a batch planned before still computes b's rows: they are dropped"
+    assert [(topic, h["sana.seq"]) for topic, _, h in fake_kafka.made[0].sent] == [("a", b"0"), ("a", b"2")]
+    producer.resume({"b"})
+    assert producer.send_table(TABLE, []) == 3
+    assert [topic for topic, _, _ in fake_kafka.made[-1].sent][-3:] == ["a", "b", "a"]
+
+
+def test_retiring_a_topic_waits_for_the_send_in_progress(fake_kafka, monkeypatch):
+    """What a send in progress writes is written before retire() returns; nothing after it."""
+    import threading
+
+    fake_kafka.stuck_instances = 0
+    flushing, release = threading.Event(), threading.Event()
+    flush = FakeProducer.flush
+
+    def slow_flush(self, timeout):
+        flushing.set()
+        release.wait(5)
+        return flush(self, timeout)
+
+    monkeypatch.setattr(FakeProducer, "flush", slow_flush)
+    producer = module.BatchProducer("nowhere:9092")
+    sender = threading.Thread(target=producer.send_table, args=(TABLE, []))
+    sender.start()
+    assert flushing.wait(5)
+    retired = threading.Thread(target=producer.retire, args=({"b"},))
+    retired.start()
+    retired.join(0.3)
+    assert retired.is_alive(), "retire() returned while a send was in progress"
+    release.set()
+    sender.join(5)
+    retired.join(5)
+    assert not retired.is_alive()
+    assert [topic for topic, _, _ in fake_kafka.made[0].sent] == ["a", "b", "a"]

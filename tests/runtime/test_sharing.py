@@ -125,3 +125,47 @@ def test_two_dataflows_of_one_owner_write_one_topic_and_removal_stops_only_its_w
     produce(kafka_bootstrap, urban, after_removal)
     wait_sink(manager, kafka_bootstrap, shared,
               expect_a(before_removal) + expect_b(before_removal) + expect_b(after_removal))
+
+
+def test_a_removal_does_not_wait_for_the_batch_in_flight_and_that_batch_writes_nothing_for_it(
+        manager_factory, kafka_bootstrap, topic_factory, monkeypatch):
+    """Where the driver writes, a removal fences its outputs instead of waiting for the batch in flight: DELETE
+    answers while that batch (planned with the old plan) is held before its write, and once let go it writes the
+    other dataflows' rows and none of the removed one's."""
+    from runtime.broker.producer import BatchProducer
+
+    manager = manager_factory(trigger_s=0.5)
+    urban = topic_factory("urban")
+    sink_a, sink_b = f"{urban}-a", f"{urban}-b"
+    manager.submit(flow_a(urban, sink_a))
+    b = manager.submit(flow_b(urban, sink_b))
+    (query,) = manager.runtime.queries.values()
+    before, during = urban_records(0, 200), urban_records(200, 200)
+    produce(kafka_bootstrap, urban, before)
+    wait_sink(manager, kafka_bootstrap, sink_a, expect_a(before))
+    wait_sink(manager, kafka_bootstrap, sink_b, expect_b(before))
+
+    held, release = threading.Event(), threading.Event()
+    send = BatchProducer.send_table
+
+    def held_send(self, table, headers):
+        if not release.is_set() and table.num_rows:
+            held.set()
+            release.wait(120)
+        return send(self, table, headers)
+
+    monkeypatch.setattr(BatchProducer, "send_table", held_send)
+    produce(kafka_bootstrap, urban, during)
+    wait_for(held.is_set, 90, "a batch with the new records held before its write", lambda: raise_dead_queries(manager))
+    remover = threading.Thread(target=manager.remove, args=(b.id,))
+    remover.start()
+    remover.join(60)
+    released_late = remover.is_alive()
+    release.set()
+    remover.join(120)
+    assert not released_late, "the removal waited for the batch in flight"
+    assert query.alive()
+    wait_sink(manager, kafka_bootstrap, sink_a, expect_a(before + during))
+    # B's rows of the held batch would have been in the one write that brought A's last rows
+    assert multiset(values(read_all(kafka_bootstrap, sink_b))) == multiset(expect_b(before)), \
+        "the batch held across the removal wrote the removed dataflow's rows"

@@ -1,0 +1,38 @@
+"""Topics an older plan's batch may still use are kept until that batch has ended (runtime.spark.settling)."""
+
+from __future__ import annotations
+
+from runtime.spark.settling import SettlingTopics
+
+
+class StandIn:
+    """What SettlingTopics reads of a query: the plan version its batch in flight runs, if any."""
+
+    def __init__(self, in_flight: int | None) -> None:
+        self.in_flight = in_flight
+
+    def quiesced(self, version: int) -> bool:
+        return self.in_flight is None or self.in_flight >= version
+
+
+def test_topics_are_held_until_every_query_waited_for_runs_the_new_plan():
+    settling = SettlingTopics()
+    slow, quick = StandIn(in_flight=3), StandIn(in_flight=None)
+    settling.hold({"tap.a", "tap.b"}, [(slow, 5), (quick, 6)])
+    assert settling.topics() == {"tap.a", "tap.b"}, "the slow query still runs plan 3"
+    slow.in_flight = 5
+    assert settling.topics() == set() and len(settling) == 0
+
+
+def test_holds_settle_one_by_one_and_nothing_is_held_without_a_query_to_wait_for():
+    settling = SettlingTopics()
+    first, second = StandIn(in_flight=1), StandIn(in_flight=1)
+    settling.hold({"t1"}, [(first, 2)])
+    settling.hold({"t2"}, [(second, 4)])
+    settling.hold({"t3"}, [])
+    settling.hold(set(), [(second, 9)])
+    assert settling.topics() == {"t1", "t2"} and len(settling) == 2
+    first.in_flight = None
+    assert settling.topics() == {"t2"}
+    second.in_flight = 4
+    assert settling.topics() == set()
