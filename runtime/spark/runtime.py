@@ -60,6 +60,7 @@ log = logging.getLogger("sana.runtime.spark")
 
 DRAIN_TIMEOUT_S = 120.0
 HOUSEKEEPING_EVERY_S = 0.5
+IDLE_DRAIN_S = 5.0  # an idle query's batch computes nothing: it ends in tens of milliseconds
 
 
 class SparkRuntime:
@@ -478,8 +479,10 @@ class SparkRuntime:
                          sorted(records[query_id]["inputs"]))
                 unsettled.append((query, empty.version))
             for stopped in stopping:
-                if stopped.alive():  # stopped between batches (one stopped in the middle is replayed elsewhere)
-                    stopped.wait_quiesced(empty.version if stopped is query else 0)
+                if stopped is query and query.alive():  # stopped between batches, as a query stops cleanly
+                    query.wait_quiesced(empty.version)
+                elif stopped is not query:  # an idle one over the limit: its batches are short and compute nothing
+                    stopped.drain(IDLE_DRAIN_S)
                 stopped.discard()
                 log.info("stopped query %s", stopped.id)
         for query_id in [q for q in list(records) if q not in plans]:
@@ -523,6 +526,7 @@ class SparkRuntime:
             with self._lock:
                 expired = self.idle.expired()
                 for query in expired:
+                    query.drain(IDLE_DRAIN_S)
                     query.discard()
                     log.info("stopped query %s (idle for %.0f s)", query.id, self.idle.keep_s)
                 settling = len(self.settling)
