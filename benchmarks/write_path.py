@@ -109,7 +109,7 @@ def on_embedded_broker(module: str, variants: tuple[str, ...], rounds: int, argu
     try:
         bootstrap = settings.effective_kafka_bootstrap
         extra = prepare(bootstrap) if prepare else []
-        broker = launcher.children[0].process
+        broker = launcher.broker.process
         return run_in_rounds(module, variants, rounds,
                              ["--bootstrap", bootstrap, "--broker-pid", str(broker.pid), *arguments, *extra])
     finally:
