@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from runtime.spark.fragment import FragmentQuery
@@ -35,7 +35,7 @@ MAX_IDLE = 8
 class IdleQuery:
     query: FragmentQuery
     record: dict[str, Any]  # as it was when its last task left (id, site, inputs, batch base)
-    since: float = field(default_factory=time.monotonic)
+    since: float  # the runtime's clock when it went idle
 
     @property
     def topics(self) -> frozenset[str]:

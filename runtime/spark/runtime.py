@@ -494,7 +494,12 @@ class SparkRuntime:
         # the topics the old plans used stay until the batches that ran them have ended
         self.settling.hold(internal_topics(self.plans.values()) - internal, unsettled)
         self.tasks, self.host, self.plans = desired, host, plans
-        self.delete_unused_topics(internal | self.idle.topics() | self.settling.topics())
+        self._delete_unused_internal(internal)
+
+    def _delete_unused_internal(self, planned: set[str]) -> None:
+        """Delete the internal topics that neither ``planned`` (the plans'), an idle query nor a batch of an older
+        plan still running uses."""
+        self.delete_unused_topics(planned | self.idle.topics() | self.settling.topics())
 
     def _take_idle(self, host: dict[str, str], plans: dict[str, QueryLayout],
                    records: dict[str, dict[str, Any]]) -> list[IdleQuery]:
@@ -530,9 +535,9 @@ class SparkRuntime:
                     query.discard()
                     log.info("stopped query %s (idle for %.0f s)", query.id, self.idle.keep_s)
                 settling = len(self.settling)
-                unsettled = self.settling.topics()
+                self.settling.topics()  # lets go of what has settled
                 if expired or len(self.settling) < settling:
-                    self.delete_unused_topics(internal_topics(self.plans.values()) | self.idle.topics() | unsettled)
+                    self._delete_unused_internal(internal_topics(self.plans.values()))
 
     def _roll_back(self, started: list[FragmentQuery], old_host: dict[str, str], old_plans: dict[str, LivePlan],
                    new_records: list[str], records: dict[str, dict[str, Any]], created_topics: list[str]) -> None:
