@@ -59,6 +59,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from runtime.spark.python_workers import freeze_imports
+
 NAME = "sana_kafka"
 RAW_SCHEMA = "topic string, value string, origin string"
 ORIGIN_HEADERS = ("sana.writer", "sana.batch", "sana.seq")
@@ -396,6 +398,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         return slices
 
     def read(self, partition: KafkaSlice) -> Iterator[pa.RecordBatch]:
+        freeze_imports()
         route = self.routes.get(partition.topic)
         return read_slice(route or self.bootstrap, partition, remote=route is not None)
 
@@ -453,6 +456,7 @@ class KafkaBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         from pyspark import TaskContext
 
+        freeze_imports()
         # A record's name (writer, batch, seq) must be the same when the batch is replayed: the
         # output partition's index and the record's place in it are (the fragment's output is
         # deterministic), so seq = partition << 32 | index.
@@ -471,6 +475,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         from pyspark import TaskContext
 
+        freeze_imports()
         context = TaskContext.get()
         batch = context.getLocalProperty("streaming.sql.batchId") if context else None
         return Written(produce_rows(self.options["bootstrap"], iterator, _headers(self.options, batch)))

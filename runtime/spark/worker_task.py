@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.spark.python_workers import freeze_imports
 from runtime.spark.shuffle import BUCKET, DEFAULT_WORKERS, EWMA_ALPHA, MARKER, PKEY, SIDE, Routing, moved_buckets
 
 
@@ -89,6 +90,7 @@ class WorkerTask:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        freeze_imports()
         received = [batch for batch in batches if batch.num_rows]
         table = pa.Table.from_batches(received) if received else None
         marker = pc.equal(table.column(BUCKET), MARKER) if table is not None else None
