@@ -5,7 +5,7 @@ Run:  .venv/bin/python -m benchmarks.batch_cost [--windows 0,1,2,4] [--warmup 45
 For each count k, in a process of its own: an embedded broker, Redis, Spark
 ``local[2]`` with a 1 s trigger, and one dataflow submitted through the
 manager: a source fed ``--rate`` records a second (10 sensors, event time
-now) and k tumbling ``window_aggregate`` tasks over it (5, 10, ... seconds,
+the time sent) and k tumbling ``window_aggregate`` tasks over it (5, 10, ... seconds,
 so none shares another), each into a sink; with k = 0, a filter into a sink.
 After ``--warmup`` seconds it samples, for ``--seconds``, the CPU of each
 process of its tree by kind (the Spark JVM, PySpark's Python workers, the
@@ -21,11 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -76,19 +74,10 @@ def cores_by_kind(before: dict[int, tuple[str, float]], after: dict[int, tuple[s
     return {kind: round(cpu / seconds, 3) for kind, cpu in totals.items()}
 
 
-def feed(bootstrap: str, topic: str, rate: int, stop: threading.Event) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    rng = random.Random(7)
-    while not stop.is_set():
-        began = time.time()
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(began)) + "Z"
-        for _ in range(rate):
-            producer.produce(topic, json.dumps({"sensor": f"s{rng.randrange(10)}", "temp": rng.uniform(-10, 40),
-                                                "ts": stamp}).encode())
-        producer.flush(5)
-        stop.wait(max(0.0, 1.0 - (time.time() - began)))
+def reading(index: int, now: float) -> dict:
+    """One of 10 sensors' readings, its event time the time it is sent (so windows close as time passes)."""
+    return {"sensor": f"s{index % 10}", "temp": float(index % 50) - 10,
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + "Z"}
 
 
 def run_one(windows: int, warmup_s: float, seconds: float, rate: int) -> dict:
@@ -96,6 +85,7 @@ def run_one(windows: int, warmup_s: float, seconds: float, rate: int) -> dict:
     import redis
 
     from benchmarks.keyed_operators import broker, new_topic
+    from benchmarks.runtime_dataplane import SteadyProducer
     from manager.service import Manager
     from runtime.spark.runtime import SparkRuntime
 
@@ -106,21 +96,19 @@ def run_one(windows: int, warmup_s: float, seconds: float, rate: int) -> dict:
     runtime = SparkRuntime(client, prefix, bootstrap, "local[2]", Path(tempfile.mkdtemp()) / "cp", trigger_s=1.0, warm=False)
     manager = Manager(client, prefix, runtime)
     manager.start()
-    stop = threading.Event()
-    threading.Thread(target=feed, args=(bootstrap, topic, rate, stop), daemon=True).start()
-    manager.submit(dataflow(topic, windows))
-    (query,) = runtime.queries.values()
-    time.sleep(warmup_s)
-    cpu_before, batches_before, began = cpu_by_process(), query.batches_done, time.monotonic()
-    time.sleep(seconds)
-    cpu_after, batches, elapsed = cpu_by_process(), query.batches_done - batches_before, time.monotonic() - began
+    with SteadyProducer(bootstrap, topic, rate, make=reading):
+        manager.submit(dataflow(topic, windows))
+        (query,) = runtime.queries.values()
+        time.sleep(warmup_s)
+        cpu_before, batches_before, began = cpu_by_process(), query.batches_done, time.monotonic()
+        time.sleep(seconds)
+        cpu_after, batches, elapsed = cpu_by_process(), query.batches_done - batches_before, time.monotonic() - began
     durations = sorted(stats.duration_ms for stats in query.recent)
     cores = cores_by_kind(cpu_before, cpu_after, elapsed)
     total = sum(cores.values())
     result = {"windows": windows, "rate": rate, "batches": batches, "cores": round(total, 3), "cores_by_process": cores,
               "cpu_s_per_batch": round(total * elapsed / max(1, batches), 3),
               "batch_ms_p50": durations[len(durations) // 2] if durations else None}
-    stop.set()
     manager.remove(next(iter(manager.state.dataflows)))
     runtime.close()
     launcher.stop()

@@ -108,16 +108,18 @@ def record(i: int, sent: float | None = None) -> dict[str, Any]:
 
 
 class SteadyProducer:
-    """Produces ``rate`` records/s carrying their send time until stopped (librdkafka, in 10 ms ticks)."""
+    """Produces ``rate`` records/s until stopped (librdkafka, in 10 ms ticks): ``make(i, send time)`` each, by
+    default :func:`record` (carrying its send time)."""
 
     TICK_S = 0.01
 
-    def __init__(self, bootstrap: str, topic: str, rate: float) -> None:
+    def __init__(self, bootstrap: str, topic: str, rate: float,
+                 make: Callable[[int, float], dict[str, Any]] = record) -> None:
         from runtime.broker import rdkafka
 
         self.producer = rdkafka.producer(bootstrap, idempotent=False, delivery_timeout_ms=30_000, **{"linger.ms": 2})
         self.failures = rdkafka.Failures()
-        self.topic, self.rate = topic, rate
+        self.topic, self.rate, self.make = topic, rate, make
         self.sent = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -130,7 +132,7 @@ class SteadyProducer:
             due = int((time.monotonic() - began) * self.rate)
             now = time.time()
             for i in range(self.sent, due):
-                rdkafka.produce_one(self.producer, self.topic, json.dumps(record(i, now)).encode(), None, self.failures)
+                rdkafka.produce_one(self.producer, self.topic, json.dumps(self.make(i, now)).encode(), None, self.failures)
             self.sent = max(self.sent, due)
             self.producer.poll(0)
             time.sleep(self.TICK_S)
