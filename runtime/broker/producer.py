@@ -5,8 +5,9 @@ costs several times more than collecting the few output rows as Arrow and
 producing them here, so fragments write through this by default; the
 ``sana_kafka`` batch writer (on the executors) is the option for clusters.
 
-Every record gets the batch's headers plus ``sana.seq``, its index in the
-batch's output: (``sana.writer``, ``sana.batch``, ``sana.seq``) names a record
+Every record gets the batch's headers plus ``sana.seq``, its number within
+its output (the table's ``seq`` column; a table without one numbers its rows
+in order): (``sana.writer``, ``sana.batch``, ``sana.seq``) names a record
 across retries and replays, so a consumer (and a downstream query) can drop a
 second copy exactly. The producer is idempotent (acks from all replicas): a
 request whose answer is lost is retried without writing its records twice.

@@ -113,19 +113,24 @@ def produce_table(client: Producer, table: pa.Table | pa.RecordBatch, headers: H
     """Queue rows ``(topic, value)`` of ``table``, but those for a topic in ``skip``; returns how many.
     :func:`flush` says which failed.
 
-    Every record gets ``headers``, and with ``seq_base`` also ``sana.seq`` = ``seq_base`` + its row index (a
-    skipped row keeps its index: the others are named as without the skip). Values go to librdkafka as the bytes
-    of the Arrow column (no str per record).
+    Every record gets ``headers``, and with ``seq_base`` also ``sana.seq``: the row's ``seq`` column where the
+    table has one (a fragment's output names its rows per output, :func:`runtime.spark.sql_text.encode_sql`), else
+    ``seq_base`` + its row index (a skipped row keeps its index: the others are named as without the skip). Values
+    go to librdkafka as the bytes of the Arrow column (no str per record).
     """
     rows = table.num_rows
     if rows == 0:
         return 0
     values = pc.cast(table.column("value"), pa.binary()).to_pylist()
     topics = table.column("topic").to_pylist()
+    if seq_base is not None and "seq" in table.schema.names:
+        seqs: Iterable[int] = table.column("seq").to_pylist()
+    else:
+        seqs = range(seq_base or 0, (seq_base or 0) + rows)
     headers = list(headers)
     produce = client.produce
     queued = 0
-    for seq, (topic, value) in enumerate(zip(topics, values), seq_base or 0):
+    for seq, topic, value in zip(seqs, topics, values):
         if topic in skip:
             continue
         named = headers if seq_base is None else [*headers, ("sana.seq", b"%d" % seq)]

@@ -420,7 +420,8 @@ def produce_rows(bootstrap: str, batches: Iterator[pa.RecordBatch], headers: lis
                  seq_base: int | None = None) -> int:
     """Produce ``(topic, value)`` rows; returns how many. Raises if the broker does not take them.
 
-    With ``seq_base`` every record also carries ``sana.seq`` = ``seq_base`` + its index here.
+    With ``seq_base`` every record also carries ``sana.seq``: its row's ``seq`` column, or without one
+    ``seq_base`` + its index here.
     """
     worker = _worker_producer(bootstrap)
     written: set[str] = set()
@@ -457,9 +458,9 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         from pyspark import TaskContext
 
         freeze_imports()
-        # A record's name (writer, batch, seq) must be the same when the batch is replayed: the
-        # output partition's index and the record's place in it are (the fragment's output is
-        # deterministic), so seq = partition << 32 | index.
+        # A record's name (writer, batch, seq) must be the same when the batch is replayed, also under a plan with
+        # fewer outputs: a fragment's output carries each row's seq, numbered within its own output
+        # (runtime.spark.sql_text.encode_sql). Rows without one are named by partition << 32 | place in it.
         context = TaskContext.get()
         seq_base = (context.partitionId() << 32) if context else 0
         return Written(produce_rows(self.options["bootstrap"], iterator, _headers(self.options, self.options.get("batch")),

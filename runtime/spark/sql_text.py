@@ -42,6 +42,15 @@ def parse_sql(raw: str, topic: str, schema: Schema) -> str:
     return f"SELECT {columns} FROM (SELECT from_json(value, {literal(ddl(schema))}) AS r FROM {raw} WHERE topic = {literal(topic)})"
 
 
-def encode_sql(relation: str, topic: str) -> str:
-    """Rows of ``relation`` as ``(topic, value)``, ``value`` the row as JSON (timestamps ISO-8601 UTC)."""
-    return f"SELECT {literal(topic)} AS topic, to_json(struct(*)) AS value FROM {relation}"
+#: Where an output's slot starts in ``seq``: below it, Spark's ``monotonically_increasing_id`` (partition << 33 | row).
+SEQ_SLOT_SHIFT = 55
+
+
+def encode_sql(relation: str, topic: str, slot: int = 0) -> str:
+    """Rows of ``relation`` as ``(topic, value, seq)``, ``value`` the row as JSON (timestamps ISO-8601 UTC).
+
+    ``seq`` names the row within this branch of the output: ``slot << 55`` plus the row's partition and place in
+    it, computed before the branches are put together, so it does not depend on the other branches.
+    """
+    return f"SELECT {literal(topic)} AS topic, to_json(struct(*)) AS value, " \
+           f"{slot << SEQ_SLOT_SHIFT} + monotonically_increasing_id() AS seq FROM {relation}"

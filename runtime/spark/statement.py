@@ -29,7 +29,7 @@ from runtime.plan import TaskSpec
 from runtime.spark import operators as spark_operators
 from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
 from runtime.spark.keyed_operator import NOT_SCANNED, max_of_each
-from runtime.spark.live_plan import LivePlan, consumer_counts
+from runtime.spark.live_plan import LivePlan, consumer_counts, seq_slots
 from runtime.spark.replays import replays
 from runtime.spark.sql_text import encode_sql, literal, parse_sql
 
@@ -146,7 +146,9 @@ class Statement:
                 for task in plan.tasks:
                     if depth[task.id] == layer and task.id in keyed:
                         build(task, scanned.get(task.id, NOT_SCANNED))
-            union = " UNION ALL ".join(encode_sql(names[task_id], topic) for task_id, topic in plan.outputs)
+            slots = seq_slots(plan.outputs)
+            union = " UNION ALL ".join(encode_sql(names[task_id], topic, slots[(task_id, topic)])
+                                       for task_id, topic in plan.outputs)
             if fold:
                 union = f"{union} UNION ALL {_origins_sql(token, set(plan.reads.values()))}"
             output = session.sql(ctes.statement(union, [names[task_id] for task_id, _ in plan.outputs]))
@@ -254,8 +256,8 @@ def _origin_condition(topics: set[str]) -> str:
 
 def _origins_sql(token: str, topics: set[str]) -> str:
     """A branch of the output's union: one row per record read from ``topics``, its topic and origin in ``value``."""
-    return f"SELECT {literal(ORIGINS)} AS topic, concat(topic, '|', origin) AS value FROM {token}_raw " \
-           f"WHERE {_origin_condition(topics)}"
+    return f"SELECT {literal(ORIGINS)} AS topic, concat(topic, '|', origin) AS value, CAST(0 AS BIGINT) AS seq " \
+           f"FROM {token}_raw WHERE {_origin_condition(topics)}"
 
 
 def _split_origins(table):

@@ -269,3 +269,47 @@ def test_a_replayed_upstream_batch_is_not_processed_twice_downstream(manager_fac
     got = [item.value for item in received]
     assert multiset(got) == multiset(expected), "C processed the replayed upstream records twice (or lost some)"
     assert not replayed_batches(received), "C itself replayed nothing, so its sink must hold each record once"
+
+
+def test_a_batch_replayed_without_a_removed_dataflow_keeps_the_other_records_names(manager_factory, kafka_bootstrap,
+                                                                                   topic_factory, monkeypatch):
+    """A query writes a batch for two dataflows and dies before its commit while one of them is removed (a removal
+    is fenced, not waited for): the batch is replayed under the plan without the removed sink, and the kept sink's
+    records must carry the names of their first copies, so a reader keeps each once."""
+    import threading
+
+    from runtime.broker.producer import BatchProducer
+    from tests.fixtures.kafka_io import replayed_batches
+
+    manager = manager_factory(trigger_s=0.5)
+    urban = topic_factory("urban")
+    gone, kept = f"{urban}-gone", f"{urban}-kept"
+    removed = manager.submit({**flow_a(urban, gone), "name": "gone"}).id
+    manager.submit({**flow_a(urban, kept), "name": "kept"})
+    first, second = urban_records(0, 200), urban_records(200, 200)
+    produce(kafka_bootstrap, urban, first)
+    wait_for(sink_holds(kafka_bootstrap, kept, expect_a(first)), 90, "the kept sink's output before the crash")
+    held, removal_done = threading.Event(), threading.Event()
+    send = BatchProducer.send_table
+
+    def write_then_crash(self, table, headers):
+        written = send(self, table, headers)
+        if not held.is_set() and {gone, kept} <= set(table.column("topic").to_pylist()):
+            held.set()
+            removal_done.wait(90)
+            raise RuntimeError("crash after the write, before the commit (injected)")
+        return written
+
+    monkeypatch.setattr(BatchProducer, "send_table", write_then_crash)
+    produce(kafka_bootstrap, urban, second)
+    assert held.wait(90), "no batch wrote both sinks"
+    try:
+        manager.remove(removed)
+    finally:
+        removal_done.set()
+    wait_for(lambda: replayed_batches(read_all(kafka_bootstrap, kept)), 120, "the query to replay its batch")
+    third = urban_records(400, 100)  # written by a batch after the replay: the replay is whole once these are in
+    produce(kafka_bootstrap, urban, third)
+    expected = expect_a(first + second + third)
+    received = wait_for(sink_holds(kafka_bootstrap, kept, expected), 120, "the kept sink's output after the replay")
+    assert multiset(without_replays(received)) == multiset(expected), "a replayed record got a name of its own"

@@ -158,3 +158,41 @@ def test_batch_writer_names_every_record_by_partition_and_place(kafka_bootstrap,
     names = [(item.headers["sana.batch"], int(item.headers["sana.seq"]), item.value) for item in received]
     assert len(names) == 100 and len(set(names)) == 50  # each record twice, under the same name
     assert {seq >> 32 for _, seq, _ in names} == {0, 1}
+
+
+def test_an_outputs_record_names_do_not_depend_on_the_other_outputs(kafka_bootstrap, topic_factory):
+    """A batch replayed under a plan with fewer outputs (a removal fenced while it was in flight) names the
+    remaining outputs' records as the first run did: each output numbers its rows in its own branch."""
+    from runtime.spark.live_plan import seq_slots
+    from runtime.spark.sql_text import encode_sql
+
+    spark = spark_session(SPARK_MASTER)
+    spark.range(0, 30, numPartitions=3).createOrReplaceTempView("removed_rows")
+    spark.range(100, 120, numPartitions=2).createOrReplaceTempView("kept_rows")
+    removed, kept = topic_factory("removed"), topic_factory("kept")
+
+    def write(outputs: list[tuple[str, str]], batch: str) -> None:
+        slots = seq_slots(tuple(outputs))
+        union = " UNION ALL ".join(encode_sql(f"{task}_rows", topic, slots[(task, topic)]) for task, topic in outputs)
+        spark.sql(union).write.format("sana_kafka").option("bootstrap", kafka_bootstrap).option("writer", "w3") \
+            .option("batch", batch).mode("append").save()
+
+    write([("removed", removed), ("kept", kept)], "4")
+    write([("kept", kept)], "4")  # the replay without the removed output
+    received = read_all(kafka_bootstrap, kept)
+    names = {(item.headers["sana.batch"], item.headers["sana.seq"], str(item.value)) for item in received}
+    assert len(received) == 40 and len(names) == 20, "each record twice, under the same name"
+    assert {int(seq) >> 55 for _, seq, _ in names} == {seq_slots((("kept", kept),))[("kept", kept)]}
+
+
+def test_outputs_writing_one_topic_get_slots_that_outlive_the_others():
+    from runtime.spark.live_plan import SEQ_SLOTS, seq_slots
+
+    outputs = tuple((f"task{i}", "t") for i in range(60)) + (("task0", "u"),)
+    slots = seq_slots(outputs)
+    assert len({slot for (_, topic), slot in slots.items() if topic == "t"}) == 60
+    assert all(0 <= slot < SEQ_SLOTS for slot in slots.values())
+    # removing outputs leaves the others' slots as they were (these 60 ids do not collide on one slot)
+    assert seq_slots(outputs[30:]) == {key: slot for key, slot in slots.items() if key in outputs[30:]}
+    with pytest.raises(ValueError, match="more than 256 outputs of one query write topic 't'"):
+        seq_slots(tuple((f"task{i}", "t") for i in range(SEQ_SLOTS + 1)))

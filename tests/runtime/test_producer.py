@@ -242,3 +242,13 @@ def test_retiring_a_topic_waits_for_the_send_in_progress(fake_kafka, monkeypatch
     retired.join(5)
     assert not retired.is_alive()
     assert [topic for topic, _, _ in fake_kafka.made[0].sent] == ["a", "b", "a"]
+
+
+def test_a_tables_seq_column_names_its_records(fake_kafka):
+    """A fragment's output names each row within its own output (its seq column), not by its place in the batch."""
+    fake_kafka.stuck_instances = 0
+    producer = module.BatchProducer("nowhere:9092")
+    table = pa.table({"topic": ["a", "b", "a"], "value": ["1", "2", "3"], "seq": [7, 1 << 55, 8]})
+    producer.retire({"b"})
+    assert producer.send_table(table, []) == 2
+    assert [(topic, h["sana.seq"]) for topic, _, h in fake_kafka.made[0].sent] == [("a", b"7"), ("a", b"8")]
