@@ -19,6 +19,13 @@ the fragment answers the scans of all its operators that do not read another
 keyed operator's output with one Spark job (:func:`max_of_each`) and passes
 each answer to :meth:`KeyedOperator.plan`.
 
+An operator with nothing to do in a batch (:meth:`KeyedOperator.idle`: a
+window whose scan found no row, so no row to take and no window to close)
+runs no Spark task: its output is an empty relation, its state stays as it
+was and its workers write no version (a worker's batch starts from its newest
+version before it, so the next batch finds the state it left). A roll-up
+reading a 10-second window's output has rows to take in one batch of ten.
+
 Bucket moves requested with :meth:`request_moves` are applied by the next
 batch; :meth:`wait_moved` waits until a batch that applied them completed.
 """
@@ -35,7 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 from runtime.exceptions import QueryFailed
 from runtime.plan import TaskSpec
 from runtime.operators.types import Schema
-from runtime.spark.sql_text import ddl
+from runtime.spark.sql_text import ddl, quote
 from runtime.spark.frames import arrow_schema
 from runtime.operators.keyed_options import ReshapeOptions
 from runtime.spark.shuffle import (DEFAULT_WORKERS, ROWS_PER_TASK, Router, Routing, packed_tasks, partition_keys,
@@ -46,6 +53,7 @@ from runtime.spark.worker_state import WorkerStateStore
 
 
 NOT_SCANNED: Any = object()  # plan() without a scan answered by the fragment: the operator runs its own
+IDLE = "__idle__"  # in a batch's draft state: the operator had nothing to do (removed by finish())
 
 
 def max_of_each(queries: Sequence[str]) -> str:
@@ -82,6 +90,7 @@ class KeyedOperator:
         self.controller = Controller(self.workers, self.router.buckets, self.reshape, self.sides)
         self.routing: dict[str, Any] | None = None  # the newest routing a finished batch used
         self.moved_rows = 0
+        self.idle_batches = 0
         self._applied = 0
         self._in_flight: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._moved = threading.Condition()
@@ -101,6 +110,12 @@ class KeyedOperator:
         """A query of one BIGINT column ``v`` over ``inputs`` whose max :meth:`plan` needs, or None (the default)."""
         return None
 
+    def idle(self, scanned: Any) -> bool:
+        """Whether a batch whose scan answered ``scanned`` gives this operator nothing to do: no row to take, no
+        output, no state to change (then, with no routing change waiting, it runs no Spark task). Never, by
+        default; it must hold for a replay of the batch as for its first run (it depends on the input alone)."""
+        return False
+
     def plan(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[str]],
              state: Mapping[str, Any], store: WorkerStateStore, scanned: Any = NOT_SCANNED) -> tuple[DataFrame, dict[str, Any]]:
         """The operator's output for this batch (lazy) and its driver state; ``inputs``: per port, SQL relations;
@@ -111,6 +126,10 @@ class KeyedOperator:
                               f"configured with {self.workers}; a running operator keeps its worker count")
         self.controller.adopt(saved)
         routing = self.router.next_table(saved)
+        unchanged = routing["version"] == saved["version"] and routing["requested"] == saved.get("requested", 0)
+        if self.idle(scanned) and unchanged and not routing["splits"]:
+            self.idle_batches += 1
+            return self._empty(session), {**state, IDLE: True}
         draft = {**state, "routing": routing}
         branches, columns, step, output = self._route(session, inputs, draft, routing, scanned)
         tasks = self.tasks_for(state, routing)
@@ -121,6 +140,8 @@ class KeyedOperator:
         return self._finish_plan(session, frame, draft), draft
 
     def finish(self, batch_id: int, draft: dict[str, Any], store: WorkerStateStore) -> dict[str, Any]:
+        if draft.get(IDLE):
+            return {key: value for key, value in draft.items() if key != IDLE}
         reports = {worker: store.meta(self.task.id, worker, batch_id) or {} for worker in range(self.workers)}
         missing = [worker for worker in range(self.workers) if not reports[worker]]
         if missing:
@@ -222,8 +243,14 @@ class KeyedOperator:
                         "buckets": len(routing["table"]), "version": routing["version"],
                         "table": list(routing["table"]), "splits": list(routing.get("splits") or [])},
             "moved_state_rows": self.moved_rows,
+            "idle_batches": self.idle_batches,
             "reshape": self.controller.snapshot(),
         }
+
+    def _empty(self, session: SparkSession) -> DataFrame:
+        """The operator's output in a batch it has nothing to do: no row, its output schema."""
+        columns = ", ".join(f"CAST(NULL AS {kind}) AS {quote(name)}" for name, kind in self.task.schema.items())
+        return session.sql(f"SELECT {columns} WHERE false")
 
     # -- what subclasses provide ------------------------------------------------------
 

@@ -28,7 +28,7 @@ from runtime.operators import get_operator
 from runtime.plan import TaskSpec
 from runtime.spark import operators as spark_operators
 from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
-from runtime.spark.keyed_operator import NOT_SCANNED, max_of_each
+from runtime.spark.keyed_operator import IDLE, NOT_SCANNED, max_of_each
 from runtime.spark.live_plan import LivePlan, consumer_counts, seq_slots
 from runtime.spark.replays import replays
 from runtime.spark.sql_text import encode_sql, literal, parse_sql
@@ -113,7 +113,8 @@ class Statement:
                 state = states.get(task.id) or operator.initial_state()
                 output, planned_keyed[task.id] = operator.plan(session, batch_id, relations, state, self._worker_store,
                                                                scanned)
-                if consumers.get(task.id, 0) > 1 or task.id in feeds_keyed:  # run the shuffle once per batch
+                shuffles = not planned_keyed[task.id].get(IDLE)  # an idle operator's output is an empty relation
+                if shuffles and (consumers.get(task.id, 0) > 1 or task.id in feeds_keyed):  # the shuffle once a batch
                     output = output.persist()
                     cached.append(output)
                 view = f"{token}_k{len(views)}"

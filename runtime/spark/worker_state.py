@@ -117,12 +117,14 @@ class WorkerStateStore:
 
     def copy_version(self, operator: str, version: int, target: "WorkerStateStore", as_version: int,
                      as_operator: str | None = None) -> int:
-        """Copy version ``version`` of every worker of ``operator`` into ``target`` as ``as_version``.
+        """Copy the state of every worker of ``operator`` after batch ``version`` into ``target`` as ``as_version``.
 
         How a defragmentation or a hand-over gives a keyed task's state to the
         query that takes it over (under the name ``as_operator``, by default the
-        same); returns the number of workers copied. Raises ``LookupError`` if a
-        worker has no such version (its state would not match the driver's).
+        same); returns the number of workers copied. A worker's state after a
+        batch is its newest version up to it (a batch with nothing to do for the
+        operator writes none). Raises ``LookupError`` if a worker has only newer
+        versions (its state would not match the driver's).
         """
         fs, base = _filesystem(self.root)
         selector = pafs.FileSelector(f"{base}/{operator_dir(operator)}", allow_not_found=True)
@@ -132,9 +134,9 @@ class WorkerStateStore:
                 continue
             worker = int(info.base_name[1:])
             found, table = self.load_before(operator, worker, version + 1)
-            if found != version:
-                raise LookupError(f"keyed operator {operator}: worker {worker} has no state version {version} (newest {found})")
-            target.save(as_operator or operator, worker, as_version, table, self.meta(operator, worker, version) or {})
+            if found is None:
+                raise LookupError(f"keyed operator {operator}: worker {worker} has no state version up to {version}")
+            target.save(as_operator or operator, worker, as_version, table, self.meta(operator, worker, found) or {})
             copied += 1
         return copied
 

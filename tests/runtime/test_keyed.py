@@ -180,3 +180,49 @@ def test_a_window_over_a_join_in_one_query_is_exact(manager_factory, kafka_boots
         (r["sensor"], r["window_start"], r["n"]) for r in expected)
     (query,) = manager.runtime.queries.values()
     assert set(query.keyed) == {manager.state.dataflows["df-1"].tasks[name] for name in ("pairs", "per_window")}
+
+
+def test_a_window_with_no_rows_in_a_batch_skips_it_and_keeps_its_state(manager_factory, kafka_bootstrap, topic_factory):
+    """Batches that bring the window no row (the filter before it drops all their records; the query still runs
+    them for its other sink) run no task of it and write no state version; the windows open before them still
+    count the rows that came before."""
+    manager = manager_factory(trigger_s=0.5)
+    urban = topic_factory("urban")
+    sinks = {"window": f"{urban}-window", "copy": f"{urban}-copy"}
+    made = manager.submit({
+        "name": "idle",
+        "tasks": [
+            source("src", urban, dict(URBAN)),
+            task("measured", "filter", expr="sensor <> 'other'"),
+            task("tumbling", "window_aggregate", keys=["sensor"], time_column="ts", window=f"{WINDOW} seconds",
+                 watermark=f"{DELAY} seconds", aggregates={"n": "count(*)", "hi": "max(temp)"}),
+            task("out_window", "sink", topic=sinks["window"]),
+            task("out_copy", "sink", topic=sinks["copy"]),
+        ],
+        "streams": [stream("src", "measured"), stream("measured", "tumbling"), stream("tumbling", "out_window"),
+                    stream("src", "out_copy")],
+    })
+    check = lambda: raise_dead_queries(manager)  # noqa: E731
+    aggregates = {"n": len, "hi": max}
+    first, later = left_phase(range(0, 15)), left_phase(range(15, 41))
+    produce(kafka_bootstrap, urban, first)
+    emitted = window_reference([first], WINDOW, None, DELAY, aggregates)  # [0, 10) is out; [10, 20) holds 10..14
+    wait_for(lambda: len(read_all(kafka_bootstrap, sinks["window"])) >= len(emitted), 90, "the first windows", check)
+    operator_id = made.tasks["tumbling"]
+
+    def window_metrics() -> dict:
+        (fragment,) = manager.runtime.fragment_metrics()["fragments"].values()
+        return fragment["keyed_operators"][operator_id]
+
+    skipped, copied = window_metrics()["idle_batches"], len(first)
+    for round_ in range(3):  # batches of records the filter drops
+        produce(kafka_bootstrap, urban, [{**reading(t, "other", 99.0)} for t in range(15 + round_, 18 + round_)])
+        copied += 3
+        wait_for(lambda: len(read_all(kafka_bootstrap, sinks["copy"])) >= copied, 90, "the copied records", check)
+    assert window_metrics()["idle_batches"] > skipped
+    produce(kafka_bootstrap, urban, later)
+    expected = window_reference([first, later], WINDOW, None, DELAY, aggregates)
+    received = wait_for(lambda: (got := values(read_all(kafka_bootstrap, sinks["window"]))) and len(got) >= len(expected)
+                        and got, 90, "the windows after the idle batches", check)
+    assert multiset(received) == multiset(expected)
+    assert {"sensor": "s1", "window_start": iso(10), "window_end": iso(20), "n": 4, "hi": 42.0} in received  # both sides

@@ -30,7 +30,8 @@ def us(seconds: float) -> int:
 
 @pytest.mark.parametrize("name", ["runtime.spark.shuffle", "runtime.spark.worker_task", "runtime.operators.window.worker", "runtime.spark.reshape",
                                   "runtime.operators.keyed_options", "runtime.spark.fragment", "runtime.spark.statement", "runtime.spark.isolation",
-                                  "runtime.spark.keyed_operator", "runtime.spark.session"])
+                                  "runtime.spark.keyed_operator", "runtime.spark.session",
+                                  "runtime.spark.live_plan", "runtime.spark.sql_text"])
 def test_docstring_examples(name):
     assert doctest.testmod(importlib.import_module(name)).failed == 0
 
@@ -159,6 +160,19 @@ def test_state_store_reads_the_newest_version_before_a_batch_and_keeps_a_few(tmp
     assert store.load_before("op", 3, 1) == (0, None)
     store.drop("op")
     assert not (tmp_path / "op").exists()
+
+
+def test_a_copy_takes_each_workers_state_as_of_a_batch_its_operator_may_have_skipped(tmp_path):
+    """A batch an operator had nothing to do in writes no version: its state after batch 7 is the one batch 5 left."""
+    store, target = WorkerStateStore(str(tmp_path / "old")), WorkerStateStore(str(tmp_path / "new"))
+    for worker in range(2):
+        store.save("op", worker, 5, pa.table({"x": [worker]}), {"rows": 5})
+        store.save("op", worker, 8, pa.table({"x": [99]}), {"rows": 8})  # a batch after 7 that did not commit
+    assert store.copy_version("op", 7, target, 0, "taken") == 2
+    assert [target.load_before("taken", worker, 1)[1].column("x").to_pylist() for worker in range(2)] == [[0], [1]]
+    assert target.meta("taken", 1, 0) == {"rows": 5}
+    with pytest.raises(LookupError, match="keyed operator op: worker 0 has no state version up to 4"):
+        store.copy_version("op", 4, target, 0)
 
 
 # -- routing and moves ----------------------------------------------------------------------

@@ -103,6 +103,10 @@ class WindowAggregate(KeyedOperator):
         (source,) = inputs["in"]
         return f"SELECT unix_micros({_col(self.config.time_column)}) AS v FROM ({source}) AS i WHERE {self._condition()}"
 
+    def idle(self, scanned: Any) -> bool:
+        """No row with a time in the batch: the watermark stays, so no window closes and nothing is taken."""
+        return scanned is None
+
     def _route(self, session: SparkSession, inputs: Mapping[str, list[str]], draft: dict[str, Any],
                routing: dict[str, Any], scanned: Any) -> tuple[list[str], list[tuple[str, str]], WindowStep, dict[str, str]]:
         (source,) = inputs["in"]
