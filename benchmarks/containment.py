@@ -267,16 +267,34 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
             measured = service.measure_step(at, service.cpu_s())
             input_rps = (sum(service.produced.values()) - produced) / (time.monotonic() - at)
             stats = service.client.get("/stats").raise_for_status().json()
+            batches = keyed_batches(service.client.get("/runtime/queries").raise_for_status().json()["queries"])
             sinks = service.check_sinks()
         finally:
             service.close()
         row = {"variant": label, "workload": kind, "dataflows": count, "rate_per_stream": rate,
                "produced_per_s": round(input_rps, 1), "cores": measured["cores"],
                "measured_s": measured["measured_s"], "running_tasks": measured["running_tasks"],
-               "queries": measured["queries"], "containment_shares": stats["containment_shares"], "sinks": sinks}
+               "queries": measured["queries"], "containment_shares": stats["containment_shares"], **batches,
+               "sinks": sinks}
         print(json.dumps({key: value for key, value in row.items() if key != "sinks"}), file=sys.stderr, flush=True)
         rows.append(row)
     return rows
+
+
+def keyed_batches(queries: list[dict[str, Any]]) -> dict[str, int]:
+    """The queries' batches (``GET /runtime/queries``) and, summed over their keyed operators, the batches run and
+    those skipped as idle.
+
+    >>> keyed_batches([{"batches": 10, "state": {"operators": {"w1": {"idle_batches": 0}, "w2": {"idle_batches": 9}}}}])
+    {'batches': 10, 'keyed_batches': 20, 'keyed_idle_batches': 9}
+    """
+    batches = keyed = idle = 0
+    for query in queries:
+        operators = query["state"]["operators"].values()
+        batches += query["batches"]
+        keyed += query["batches"] * len(operators)
+        idle += sum(operator.get("idle_batches", 0) for operator in operators)
+    return {"batches": batches, "keyed_batches": keyed, "keyed_idle_batches": idle}
 
 
 MARKERS = ("<!-- containment results -->", "<!-- end containment results -->")

@@ -30,3 +30,9 @@ def test_every_sliding_dashboard_rolls_up_the_ten_second_one():
             (share,) = result.contained
             assert (share["kind"], share["reads"]) == ("window_aggregate", first.tasks["win"])
         assert manager.stats()["containment_shares"]["window_aggregate"] == len(others) == 5
+
+
+def test_keyed_batches_counts_each_operators_batches_and_its_idle_ones():
+    queries = [{"batches": 10, "state": {"operators": {"w1": {"idle_batches": 0}, "w2": {"idle_batches": 9}}}},
+               {"batches": 4, "state": {"operators": {}}}]
+    assert containment.keyed_batches(queries) == {"batches": 14, "keyed_batches": 20, "keyed_idle_batches": 9}
