@@ -273,7 +273,8 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
             service.close()
         row = {"variant": label, "workload": kind, "dataflows": count, "rate_per_stream": rate,
                "produced_per_s": round(input_rps, 1), "cores": measured["cores"],
-               "measured_s": measured["measured_s"], "running_tasks": measured["running_tasks"],
+               "measured_s": measured["measured_s"], "batches_measured": measured["batches_measured"],
+               "cpu_s_per_batch": measured["cpu_s_per_batch"], "running_tasks": measured["running_tasks"],
                "queries": measured["queries"], "containment_shares": stats["containment_shares"], **batches,
                "sinks": sinks}
         print(json.dumps({key: value for key, value in row.items() if key != "sinks"}), file=sys.stderr, flush=True)

@@ -140,6 +140,11 @@ class RealService:
     def cpu_s(self) -> float:
         return self._cpu()
 
+    def batches(self) -> int:
+        """Micro-batches the running queries have completed."""
+        queries = self.client.get("/runtime/queries").raise_for_status().json()["queries"]
+        return sum(query["batches"] for query in queries)
+
     def measure_step(self, started: float, cpu_at_start: float) -> dict[str, Any]:
         """The step's measurements; ``started`` and ``cpu_at_start`` are the clock and CPU when its change began.
 
@@ -161,14 +166,18 @@ class RealService:
                 timeline.append([round(at - started, 1), round((cpu - previous_cpu) / (at - previous_at), 4)])
             if cpu_before is None and mark >= began:  # the window opens here (or now, when it should have already)
                 began, cpu_before = at, cpu
+                batches_before = self.batches()
         seconds = at - began
         cores = (cpu - cpu_before) / seconds
         stats = self.client.get("/stats").raise_for_status().json()
         queries = self.client.get("/runtime/queries").raise_for_status().json()["queries"]
         costs = self.client.get("/costs").raise_for_status().json()
+        batches = sum(query["batches"] for query in queries) - batches_before
         return {
             "cores": round(cores, 4),
             "measured_s": round(seconds, 2),
+            "batches_measured": batches,
+            "cpu_s_per_batch": round(cores * seconds / batches, 3) if batches else None,
             "cores_step": round((cpu - cpu_at_start) / (at - started), 4),
             "step_s": round(at - started, 2),
             "cpu_timeline": timeline,
