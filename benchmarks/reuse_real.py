@@ -140,9 +140,10 @@ class RealService:
     def cpu_s(self) -> float:
         return self._cpu()
 
-    def batches(self) -> int:
-        """Micro-batches the running queries have completed."""
-        queries = self.client.get("/runtime/queries").raise_for_status().json()["queries"]
+    def batches(self, queries: list[dict[str, Any]] | None = None) -> int:
+        """Micro-batches the running queries (``GET /runtime/queries``, fetched unless given) have completed."""
+        if queries is None:
+            queries = self.client.get("/runtime/queries").raise_for_status().json()["queries"]
         return sum(query["batches"] for query in queries)
 
     def measure_step(self, started: float, cpu_at_start: float) -> dict[str, Any]:
@@ -172,7 +173,7 @@ class RealService:
         stats = self.client.get("/stats").raise_for_status().json()
         queries = self.client.get("/runtime/queries").raise_for_status().json()["queries"]
         costs = self.client.get("/costs").raise_for_status().json()
-        batches = sum(query["batches"] for query in queries) - batches_before
+        batches = self.batches(queries) - batches_before
         return {
             "cores": round(cores, 4),
             "measured_s": round(seconds, 2),
