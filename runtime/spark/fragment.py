@@ -55,6 +55,8 @@ RECENT_BATCHES = 20
 # tried again before the change that needed the query is rolled back.
 TRANSIENT_START_ERRORS = ("Python worker failed to connect back", "StreamingPythonRunnerInitialization")
 START_RETRIES = 2
+# Spark's status while a micro-batch whose offsets are logged runs (MicroBatchExecution)
+PROCESSING = "Processing new data"
 
 
 
@@ -168,12 +170,21 @@ class FragmentQuery(Statement, Isolation):
         )
         self.query = writer.start()
 
-    def wait_running(self, timeout_s: float = 90.0, restarts: int = START_RETRIES) -> None:
+    def wait_running(self, timeout_s: float = 90.0, restarts: int = START_RETRIES, *, first_batch: bool = True) -> None:
         """Return once the query has planned its first trigger; raise :class:`QueryFailed` if it died.
+
+        Planned means Spark has written the first batch's offsets to its log: a restart replays that batch from
+        the same offsets, so from then on a failure is the supervisor's to handle like any later one. With
+        ``first_batch`` it also waits for that batch to end (a defragmentation or hand-over undoes itself
+        unless the new query ran); without it a change returns while the batch runs, which on a loaded
+        machine is most of a new query's start (docs/reliability.md).
 
         A start that failed for want of resources (:data:`TRANSIENT_START_ERRORS`)
         is tried again from the checkpoint, up to ``restarts`` times.
         """
+        ready = ("Waiting for data to arrive", "Waiting for next trigger")
+        if not first_batch:
+            ready = (*ready, PROCESSING)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.query.isActive:
@@ -186,7 +197,7 @@ class FragmentQuery(Statement, Isolation):
                     continue
                 raise QueryFailed(f"query {self.id} stopped while starting: {error}")
             status = self.query.status
-            if self.query.recentProgress or status.get("message") in ("Waiting for data to arrive", "Waiting for next trigger"):
+            if self.query.recentProgress or status.get("message") in ready:
                 if self.query.isActive:
                     return
             time.sleep(0.05)

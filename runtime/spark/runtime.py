@@ -452,8 +452,8 @@ class SparkRuntime:
                     if fenced:
                         unsettled.append((query, live.version))
                 query.fragments = set(records[query_id]["fragments"])
-            for query in started:
-                query.wait_running()
+            for query in started:  # a hand-over undoes itself unless its new queries ran; a change need not wait
+                query.wait_running(first_batch=handing_over is not None)
             fail_point("runtime.converge.started")
         except Exception as error:  # any failure undoes the whole change
             if not rollback:

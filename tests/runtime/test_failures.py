@@ -313,3 +313,48 @@ def test_a_batch_replayed_without_a_removed_dataflow_keeps_the_other_records_nam
     expected = expect_a(first + second + third)
     received = wait_for(sink_holds(kafka_bootstrap, kept, expected), 120, "the kept sink's output after the replay")
     assert multiset(without_replays(received)) == multiset(expected), "a replayed record got a name of its own"
+
+
+def test_a_submit_returns_while_its_new_querys_first_batch_runs(manager_factory, kafka_bootstrap, topic_factory,
+                                                                  monkeypatch):
+    """A change returns once its new query has logged its first batch's offsets, not when that batch ends (on a
+    loaded machine the batch is most of a start); the records of that batch still reach the sink, each once."""
+    import threading
+
+    import runtime.spark.runtime as spark_runtime
+    from runtime.broker.producer import BatchProducer
+
+    manager = manager_factory(trigger_s=0.5)
+    urban = topic_factory("urban")
+    sink = f"{urban}-a"
+    early = urban_records(0, 200)
+    passed = spark_runtime.fail_point
+
+    def records_after_the_offsets_are_fixed(name):
+        passed(name)
+        if name == "runtime.converge.recorded":  # the new query's start offsets are in its record; it starts next
+            produce(kafka_bootstrap, urban, early)
+
+    reached, submitted, timed_out = threading.Event(), threading.Event(), threading.Event()
+    send = BatchProducer.send_table
+
+    def hold_the_first_write(self, table, headers):
+        if sink in set(table.column("topic").to_pylist()) and not reached.is_set():
+            reached.set()
+            if not submitted.wait(60):  # the old behaviour: the submit waits for this batch, this batch for it
+                timed_out.set()
+        return send(self, table, headers)
+
+    monkeypatch.setattr(spark_runtime, "fail_point", records_after_the_offsets_are_fixed)
+    monkeypatch.setattr(BatchProducer, "send_table", hold_the_first_write)
+    try:
+        manager.submit(flow_a(urban, sink))
+    finally:
+        submitted.set()
+    assert reached.wait(60), "the first batch wrote nothing to the sink"
+    assert not timed_out.is_set(), "the submit waited for its query's first batch to end"
+    later = urban_records(200, 100)
+    produce(kafka_bootstrap, urban, later)
+    expected = expect_a(early + later)
+    received = wait_for(sink_holds(kafka_bootstrap, sink, expected), 90, "the sink's output")
+    assert multiset(without_replays(received)) == multiset(expected)

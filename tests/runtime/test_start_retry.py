@@ -58,3 +58,24 @@ def test_another_failure_is_reported_without_a_retry():
     with pytest.raises(QueryFailed, match="column 'x' does not exist"):
         query.wait_running(timeout_s=5)
     assert starts == []
+
+
+class Processing:
+    isActive = True
+    recentProgress: list = []
+    status = {"message": "Processing new data"}
+
+
+def running_its_first_batch() -> FragmentQuery:
+    query = object.__new__(FragmentQuery)
+    query.id, query.query = "q1", Processing()
+    return query
+
+
+def test_a_query_running_its_first_batch_has_started_for_a_change():
+    running_its_first_batch().wait_running(timeout_s=5, first_batch=False)
+
+
+def test_a_hand_over_waits_for_the_first_batch_to_end():
+    with pytest.raises(QueryFailed, match="q1 did not start within 0 s"):
+        running_its_first_batch().wait_running(timeout_s=0.3)
