@@ -46,10 +46,12 @@ class BatchProducer:
         self._sender = rdkafka.Sender(
             lambda: rdkafka.producer(bootstrap, idempotent=True, delivery_timeout_ms=DELIVERY_TIMEOUT_MS, **config),
             bootstrap, FLUSH_TIMEOUT_S)
-        self._send_lock = threading.Lock()
+        self._send_lock = threading.Lock()  # held for a whole send
+        self._fence_lock = threading.Lock()  # held for moments: the fences and what the send in progress writes
         self._written: set[str] = set()  # topics the current producer has written
         self._retired = False
         self._fenced: set[str] = set()  # retired topics: their rows are not written
+        self._sending: frozenset[str] = frozenset()  # topics the send in progress writes
         self.renewed = 0
 
     @property
@@ -63,30 +65,42 @@ class BatchProducer:
         """
         if table.num_rows == 0:
             return 0
+        topics = frozenset(pc.unique(table.column("topic")).to_pylist())
         with self._send_lock:
-            if self._retired:  # a topic it wrote is no longer written (and may be deleted): start afresh
-                self._retired = False
+            with self._fence_lock:
+                renew, self._retired = self._retired, False
+            if renew:  # a topic it wrote is no longer written (and may be deleted): start afresh
                 self.renewed += 1
                 self.reset()
-            if not self._sender.live:
-                self._written = set()
-            skip = frozenset(self._fenced)
-            self._written.update(pc.unique(table.column("topic")).to_pylist())
-            self._written -= skip
-            return self._sender.send([table], headers, seq_base=0, skip=skip)
+            with self._fence_lock:
+                if not self._sender.live:
+                    self._written = set()
+                skip = frozenset(self._fenced)
+                self._sending = topics - skip
+                self._written = (self._written | topics) - skip
+            try:
+                return self._sender.send([table], headers, seq_base=0, skip=skip)
+            finally:
+                with self._fence_lock:
+                    self._sending = frozenset()
 
     def retire(self, topics: set[str]) -> None:
-        """Nothing is written to ``topics`` any more: returns once a send in progress has ended, and later sends
-        drop their rows for ``topics`` (until :meth:`resume`); the next batch uses a new producer if this one
-        wrote any of them."""
-        with self._send_lock:
+        """Nothing is written to ``topics`` any more: returns once a send in progress that writes any of them has
+        ended (another send goes on), and later sends drop their rows for ``topics`` (until :meth:`resume`); the
+        next batch uses a new producer if this one wrote any of them."""
+        with self._fence_lock:
             self._fenced |= set(topics)
             if self._written & set(topics):
                 self._retired = True
+            carried = bool(self._sending & set(topics))
+        if carried:
+            with self._send_lock:
+                pass
 
     def resume(self, topics: set[str]) -> None:
-        """``topics`` are written again (a plan outputs them once more)."""
-        with self._send_lock:
+        """``topics`` are written again (a plan outputs them once more); a send in progress keeps dropping their
+        rows (it was planned before)."""
+        with self._fence_lock:
             self._fenced -= set(topics)
 
     def reset(self) -> None:

@@ -244,6 +244,39 @@ def test_retiring_a_topic_waits_for_the_send_in_progress(fake_kafka, monkeypatch
     assert [topic for topic, _, _ in fake_kafka.made[0].sent] == ["a", "b", "a"]
 
 
+def test_retiring_or_resuming_a_topic_the_send_in_progress_does_not_write_returns_at_once(fake_kafka, monkeypatch):
+    """A change need not wait for a batch's write unless that write carries a topic it retires; rows of a topic
+    resumed meanwhile are still dropped by that send (it was planned before)."""
+    import threading
+
+    fake_kafka.stuck_instances = 0
+    flushing, release = threading.Event(), threading.Event()
+    flush = FakeProducer.flush
+
+    def slow_flush(self, timeout):
+        flushing.set()
+        release.wait(5)
+        return flush(self, timeout)
+
+    monkeypatch.setattr(FakeProducer, "flush", slow_flush)
+    producer = module.BatchProducer("nowhere:9092")
+    producer.retire({"b"})
+    sender = threading.Thread(target=producer.send_table, args=(TABLE, []))
+    sender.start()
+    assert flushing.wait(5)
+    try:
+        for call, topics in ((producer.retire, {"c"}), (producer.resume, {"b"}), (producer.retire, {"b"})):
+            done = threading.Thread(target=call, args=(topics,))
+            done.start()
+            done.join(2)
+            assert not done.is_alive(), f"{call.__name__}({topics}) waited for a send that does not write them"
+    finally:
+        release.set()
+    sender.join(5)
+    assert [topic for topic, _, _ in fake_kafka.made[0].sent] == ["a", "a"]
+    assert producer.send_table(TABLE, []) == 2, "c and b are retired now"
+
+
 def test_a_tables_seq_column_names_its_records(fake_kafka):
     """A fragment's output names each row within its own output (its seq column), not by its place in the batch."""
     fake_kafka.stuck_instances = 0
