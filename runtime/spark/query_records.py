@@ -33,8 +33,10 @@ class QueryRecords:
     def load(self) -> dict[str, dict[str, Any]]:
         return {key.decode(): json.loads(value) for key, value in self.redis.hgetall(self.key).items()}
 
-    def save(self, record: dict[str, Any]) -> None:
-        self.redis.hset(self.key, record["id"], json.dumps(record, sort_keys=True))
+    def save(self, *records: dict[str, Any]) -> None:
+        """Write ``records`` (one round trip)."""
+        if records:
+            self.redis.hset(self.key, mapping={record["id"]: json.dumps(record, sort_keys=True) for record in records})
 
     def delete(self, query_id: str) -> None:
         self.redis.hdel(self.key, query_id)

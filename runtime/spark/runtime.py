@@ -417,6 +417,7 @@ class SparkRuntime:
             needed = set().union(*(plan.source_topics | plan.sink_topics for plan in plans.values()))
             internal = internal_topics(plans.values())
             created_topics = self.topics.ensure(needed | internal)
+            changed = []  # only the records this change touches are written: one round trip, not one per query
             for query_id, plan in plans.items():
                 record = records.get(query_id)
                 if record is None:
@@ -426,8 +427,11 @@ class SparkRuntime:
                 missing = plan.input_topics - set(record["inputs"])
                 if missing:
                     raise RuntimeFailure(f"query {query_id} cannot read {sorted(missing)} without a restart (internal error)")
-                record["fragments"] = sorted({task.fragment for task in plan.tasks})
-                self.query_records.save(record)
+                fragments = sorted({task.fragment for task in plan.tasks})
+                if query_id in new_records or record.get("fragments") != fragments:
+                    record["fragments"] = fragments
+                    changed.append(record)
+            self.query_records.save(*changed)
             fail_point("runtime.converge.recorded")
             removing = bool(set(self.tasks) - set(desired))
             # A query whose driver writes drops a removed output's rows at once, also those of a batch in flight
@@ -566,7 +570,7 @@ class SparkRuntime:
     def delete_unused_topics(self, in_use: set[str]) -> None:
         marker = stream_topic_prefix(self.prefix)
         try:
-            existing = self.topics.existing()
+            existing = self.topics.existing(fresh=False)
         except RuntimeFailure:
             return
         self.topics.delete(topic for topic in existing if topic.startswith(marker) and topic not in in_use)

@@ -211,7 +211,7 @@ def test_a_failed_deployment_is_rolled_back(manager_factory, kafka_bootstrap, to
     (query,) = manager.runtime.queries.values()
     outputs = query.plan.outputs
 
-    def refuse(self, timeout_s=90.0):
+    def refuse(self, timeout_s=90.0, first_batch=True):
         raise QueryFailed(f"query {self.id} refused to start (injected)")
 
     monkeypatch.setattr(FragmentQuery, "wait_running", refuse)
