@@ -282,10 +282,11 @@ class FragmentQuery(Statement, Isolation):
         (the driver writes: its producer drops the rows); else (the executors write) only once that batch ends."""
         return self.producer is not None
 
-    def quiesced(self, version: int) -> bool:
-        """Whether no batch runs a plan older than ``version``."""
+    def in_flight_version(self) -> int | None:
+        """The plan version of the batch in flight; None if none runs (or the query is dead)."""
         with self._cond:
-            return self._in_flight is None or self._in_flight >= version or not self.alive()
+            running = self._in_flight
+        return None if running is None or not self.alive() else running
 
     def wait_quiesced(self, version: int, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -14,7 +14,7 @@ from typing import Protocol
 
 
 class Quiescing(Protocol):
-    def quiesced(self, version: int) -> bool: ...
+    def in_flight_version(self) -> int | None: ...
 
 
 class SettlingTopics:
@@ -29,8 +29,16 @@ class SettlingTopics:
             self._held.append((set(topics), list(waiting)))
 
     def topics(self) -> set[str]:
-        """The topics still held (what has settled is let go first)."""
-        self._held = [(topics, [(query, version) for query, version in waiting if not query.quiesced(version)])
+        """The topics still held (what has settled is let go first). Each query is asked once (a question to the
+        JVM), however many holds wait for it."""
+        running: dict[int, int | None] = {}
+
+        def settled(query: Quiescing, version: int) -> bool:
+            if id(query) not in running:
+                running[id(query)] = query.in_flight_version()
+            return running[id(query)] is None or running[id(query)] >= version
+
+        self._held = [(topics, [(query, version) for query, version in waiting if not settled(query, version)])
                       for topics, waiting in self._held]
         self._held = [(topics, waiting) for topics, waiting in self._held if waiting]
         return set().union(*(topics for topics, _ in self._held))

@@ -10,9 +10,11 @@ class StandIn:
 
     def __init__(self, in_flight: int | None) -> None:
         self.in_flight = in_flight
+        self.asked = 0
 
-    def quiesced(self, version: int) -> bool:
-        return self.in_flight is None or self.in_flight >= version
+    def in_flight_version(self) -> int | None:
+        self.asked += 1
+        return self.in_flight
 
 
 def test_topics_are_held_until_every_query_waited_for_runs_the_new_plan():
@@ -36,3 +38,12 @@ def test_holds_settle_one_by_one_and_nothing_is_held_without_a_query_to_wait_for
     assert settling.topics() == {"t2"}
     second.in_flight = 4
     assert settling.topics() == set()
+
+
+def test_a_query_many_holds_wait_for_is_asked_once_a_look():
+    settling = SettlingTopics()
+    busy = StandIn(in_flight=1)
+    for version in range(2, 12):
+        settling.hold({f"t{version}"}, [(busy, version)])
+    assert len(settling.topics()) == 10
+    assert busy.asked == 1, "one question to the JVM per query, not one per hold"
