@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 
@@ -215,10 +217,9 @@ def test_a_retired_topics_rows_are_not_written_and_the_others_keep_their_names(f
     assert [topic for topic, _, _ in fake_kafka.made[-1].sent][-3:] == ["a", "b", "a"]
 
 
-def test_retiring_a_topic_waits_for_the_send_in_progress(fake_kafka, monkeypatch):
-    """What a send in progress writes is written before retire() returns; nothing after it."""
-    import threading
-
+@pytest.fixture
+def held_flush(fake_kafka, monkeypatch):
+    """A send's flush waits until ``release`` is set; ``flushing`` is set once a send is in it."""
     fake_kafka.stuck_instances = 0
     flushing, release = threading.Event(), threading.Event()
     flush = FakeProducer.flush
@@ -229,6 +230,13 @@ def test_retiring_a_topic_waits_for_the_send_in_progress(fake_kafka, monkeypatch
         return flush(self, timeout)
 
     monkeypatch.setattr(FakeProducer, "flush", slow_flush)
+    yield flushing, release
+    release.set()
+
+
+def test_retiring_a_topic_waits_for_the_send_in_progress(fake_kafka, held_flush):
+    """What a send in progress writes is written before retire() returns; nothing after it."""
+    flushing, release = held_flush
     producer = module.BatchProducer("nowhere:9092")
     sender = threading.Thread(target=producer.send_table, args=(TABLE, []))
     sender.start()
@@ -244,21 +252,10 @@ def test_retiring_a_topic_waits_for_the_send_in_progress(fake_kafka, monkeypatch
     assert [topic for topic, _, _ in fake_kafka.made[0].sent] == ["a", "b", "a"]
 
 
-def test_retiring_or_resuming_a_topic_the_send_in_progress_does_not_write_returns_at_once(fake_kafka, monkeypatch):
+def test_retiring_or_resuming_a_topic_the_send_in_progress_does_not_write_returns_at_once(fake_kafka, held_flush):
     """A change need not wait for a batch's write unless that write carries a topic it retires; rows of a topic
     resumed meanwhile are still dropped by that send (it was planned before)."""
-    import threading
-
-    fake_kafka.stuck_instances = 0
-    flushing, release = threading.Event(), threading.Event()
-    flush = FakeProducer.flush
-
-    def slow_flush(self, timeout):
-        flushing.set()
-        release.wait(5)
-        return flush(self, timeout)
-
-    monkeypatch.setattr(FakeProducer, "flush", slow_flush)
+    flushing, release = held_flush
     producer = module.BatchProducer("nowhere:9092")
     producer.retire({"b"})
     sender = threading.Thread(target=producer.send_table, args=(TABLE, []))
