@@ -52,11 +52,10 @@ log = logging.getLogger("sana.runtime.query")
 RECENT_BATCHES = 20
 # A query's Python source runner is a new Python process that must connect back to the JVM within Spark's
 # fixed 10 s; on a loaded machine it sometimes does not (seen with 30 queries on 2 cores). Such a start is
-# tried again before the change that needed the query is rolled back.
+# tried again before the defragmentation or hand-over that needed the query undoes itself (a change does not
+# wait for its new queries: one that dies starting is the supervisor's to restart, with back-off).
 TRANSIENT_START_ERRORS = ("Python worker failed to connect back", "StreamingPythonRunnerInitialization")
 START_RETRIES = 2
-# Spark's status while a micro-batch whose offsets are logged runs (MicroBatchExecution)
-PROCESSING = "Processing new data"
 
 
 
@@ -170,21 +169,14 @@ class FragmentQuery(Statement, Isolation):
         )
         self.query = writer.start()
 
-    def wait_running(self, timeout_s: float = 90.0, restarts: int = START_RETRIES, *, first_batch: bool = True) -> None:
-        """Return once the query has planned its first trigger; raise :class:`QueryFailed` if it died.
+    def wait_running(self, timeout_s: float = 90.0, restarts: int = START_RETRIES) -> None:
+        """Return once the query has run its first trigger; raise :class:`QueryFailed` if it died.
 
-        Planned means Spark has written the first batch's offsets to its log: a restart replays that batch from
-        the same offsets, so from then on a failure is the supervisor's to handle like any later one. With
-        ``first_batch`` it also waits for that batch to end (a defragmentation or hand-over undoes itself
-        unless the new query ran); without it a change returns while the batch runs, which on a loaded
-        machine is most of a new query's start (docs/reliability.md).
-
-        A start that failed for want of resources (:data:`TRANSIENT_START_ERRORS`)
-        is tried again from the checkpoint, up to ``restarts`` times.
+        What a defragmentation or a hand-over waits for: it undoes itself unless the new query ran. A change
+        does not wait (:meth:`SparkRuntime.converge`). A start that failed for want of resources
+        (:data:`TRANSIENT_START_ERRORS`) is tried again from the checkpoint, up to ``restarts`` times.
         """
         ready = ("Waiting for data to arrive", "Waiting for next trigger")
-        if not first_batch:
-            ready = (*ready, PROCESSING)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.query.isActive:

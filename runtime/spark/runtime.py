@@ -6,11 +6,12 @@ new fragments are hosted by a running query or get a query of their own
 taps, hosted tasks; removed tasks) without a restart; emptied queries stop and
 lose their checkpoint; internal topics are created before anything reads them
 and deleted when nothing uses them (and no batch of an older plan still runs).
-``apply`` returns once new queries have started and, when something was
-removed, once nothing writes the removed outputs any more: at once where the
-driver writes (its producer drops their rows, also those of a batch planned
-before), else once no batch still runs the old plan. So ``POST`` and
-``DELETE`` answer when the work runs or has stopped writing.
+``apply`` returns once new queries have started (Spark runs them; their
+first trigger follows) and, when something was removed, once nothing writes
+the removed outputs any more: at once where the driver writes (its producer
+drops their rows, also those of a batch planned before), else once no batch
+still runs the old plan. So ``POST`` and ``DELETE`` answer when the work runs
+or has stopped writing.
 
 Which query hosts which fragment, and the offsets each query started from,
 are kept in Redis under ``<prefix>:runtime:`` so that a manager restarted
@@ -456,8 +457,10 @@ class SparkRuntime:
                     if fenced:
                         unsettled.append((query, live.version))
                 query.fragments = set(records[query_id]["fragments"])
-            for query in started:  # a hand-over undoes itself unless its new queries ran; a change need not wait
-                query.wait_running(first_batch=handing_over is not None)
+            # A hand-over undoes itself unless its new queries ran. A change does not wait for them: each starts from
+            # the offsets in its record (or its checkpoint), and one that dies starting is the supervisor's to restart.
+            for query in started if handing_over is not None else ():
+                query.wait_running()
             fail_point("runtime.converge.started")
         except Exception as error:  # any failure undoes the whole change
             if not rollback:

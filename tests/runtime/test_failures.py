@@ -211,10 +211,10 @@ def test_a_failed_deployment_is_rolled_back(manager_factory, kafka_bootstrap, to
     (query,) = manager.runtime.queries.values()
     outputs = query.plan.outputs
 
-    def refuse(self, timeout_s=90.0, first_batch=True):
+    def refuse(self):
         raise QueryFailed(f"query {self.id} refused to start (injected)")
 
-    monkeypatch.setattr(FragmentQuery, "wait_running", refuse)
+    monkeypatch.setattr(FragmentQuery, "start", refuse)
     with pytest.raises(DeployFailed, match="refused to start"):
         manager.submit(flow_c(urban, humid, f"{urban}-c"))
     monkeypatch.undo()
@@ -317,8 +317,8 @@ def test_a_batch_replayed_without_a_removed_dataflow_keeps_the_other_records_nam
 
 def test_a_submit_returns_while_its_new_querys_first_batch_runs(manager_factory, kafka_bootstrap, topic_factory,
                                                                   monkeypatch):
-    """A change returns once its new query has logged its first batch's offsets, not when that batch ends (on a
-    loaded machine the batch is most of a start); the records of that batch still reach the sink, each once."""
+    """A change returns once its new query has started, not when its first batch ends (on a loaded machine the
+    batch is most of a start); the records of that batch still reach the sink, each once."""
     import threading
 
     import runtime.spark.runtime as spark_runtime
@@ -358,3 +358,37 @@ def test_a_submit_returns_while_its_new_querys_first_batch_runs(manager_factory,
     expected = expect_a(early + later)
     received = wait_for(sink_holds(kafka_bootstrap, sink, expected), 90, "the sink's output")
     assert multiset(without_replays(received)) == multiset(expected)
+
+
+def test_a_query_that_dies_starting_is_restarted_and_its_submit_stands(manager_factory, kafka_bootstrap,
+                                                                       topic_factory, monkeypatch):
+    """A change does not wait for its new query's first trigger: a query that dies before it (here its source
+    cannot read its options) is the supervisor's, as a query that dies later is. The submit is answered, the
+    restarted query starts from the offsets in its record, and what was produced after the answer arrives."""
+    manager = manager_factory(trigger_s=0.5)
+    urban = topic_factory("urban")
+    sink = f"{urban}-a"
+    start = FragmentQuery.start
+    broken = []
+
+    def first_start_unreadable(self):
+        if broken:
+            return start(self)
+        broken.append(self.id)
+        inputs = self.inputs
+        self.inputs = {topic: {partition: "not an offset" for partition in parts} for topic, parts in inputs.items()}
+        try:
+            start(self)  # Spark starts the query; its Python source fails reading the options and the query dies
+        finally:
+            self.inputs = inputs
+
+    monkeypatch.setattr(FragmentQuery, "start", first_start_unreadable)
+    answer = manager.submit(flow_a(urban, sink))
+    assert answer.id in manager.state.dataflows and broken
+    (query,) = manager.runtime.queries.values()
+    records = urban_records(0, 200)
+    produce(kafka_bootstrap, urban, records)
+    wait_for(lambda: query.restarts >= 1, 60, "the supervisor to restart the query")
+    received = wait_for(sink_holds(kafka_bootstrap, sink, expect_a(records)), 90, "the output after the restart")
+    assert multiset(without_replays(received)) == multiset(expect_a(records))
+    wait_for(lambda: manager.runtime.work()["status"] == "ok", 60, "the query well again once it ran")

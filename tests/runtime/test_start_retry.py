@@ -72,10 +72,7 @@ def running_its_first_batch() -> FragmentQuery:
     return query
 
 
-def test_a_query_running_its_first_batch_has_started_for_a_change():
-    running_its_first_batch().wait_running(timeout_s=5, first_batch=False)
-
-
-def test_a_hand_over_waits_for_the_first_batch_to_end():
+def test_a_query_running_its_first_batch_has_not_run_yet():
+    """What a defragmentation or hand-over waits for: the first batch ended (it undoes itself otherwise)."""
     with pytest.raises(QueryFailed, match="q1 did not start within 0 s"):
         running_its_first_batch().wait_running(timeout_s=0.3)
