@@ -440,6 +440,7 @@ class Bench:
 
     def post(self, rate: float) -> dict[str, Any]:
         manager, prefix = self.manager(trigger_s=1.0)
+        manager.runtime.spark()  # the session is up, as in a running service: a POST does not start it
         results = {}
         try:
             topic = self.topic("post-in")
