@@ -61,15 +61,31 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
+def by_window(calls: list[tuple[float, float]], window_s: float = 60.0) -> list[dict[str, float]]:
+    """Latency per window of the run: ``calls`` are (seconds since the run began when the call was made, ms).
+
+    >>> by_window([(1.0, 10.0), (2.0, 30.0), (3.0, 20.0), (61.0, 5.0)])
+    [{'from_s': 0, 'calls': 3, 'p50': 20.0, 'p99': 30.0, 'max': 30.0}, {'from_s': 60, 'calls': 1, 'p50': 5.0, 'p99': 5.0, 'max': 5.0}]
+    """
+    windows: dict[int, list[float]] = {}
+    for at, ms in calls:
+        windows.setdefault(int(at // window_s), []).append(ms)
+    return [{"from_s": round(index * window_s), "calls": len(values), "p50": percentile(values, 0.5),
+             "p99": percentile(values, 0.99), "max": max(values)} for index, values in sorted(windows.items())]
+
+
 class Recorder:
     def __init__(self) -> None:
+        self.began = time.monotonic()
         self.latency_ms: dict[str, list[float]] = {"submit": [], "remove": []}
+        self.calls: dict[str, list[tuple[float, float]]] = {"submit": [], "remove": []}  # (made at, ms)
         self.statuses: dict[str, Counter[str]] = {"submit": Counter(), "remove": Counter()}
         self.failures: list[str] = []
 
     def record(self, op: str, status: str, ms: float) -> None:
         self.statuses[op][status] += 1
         self.latency_ms[op].append(ms)
+        self.calls[op].append((round(time.monotonic() - self.began - ms / 1000, 3), round(ms, 1)))
         if not status.isdigit() or int(status) >= 500:
             if len(self.failures) < 20:
                 self.failures.append(f"{op}: {status}")
@@ -172,10 +188,10 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
     target = HttpTarget(redis_url, prefix, run_dir, dry_run=not real)
     checks = [check_invariants, check_runtime] if real else [check_invariants]
     documents = list(riot_workload(apps, seed=0))
-    recorder = Recorder()
     feed = Feed(target.bootstrap, source_topics(documents), feed_rate) if feed_rate and target.bootstrap else None
     produced: dict[str, int] = {}
-    began = time.monotonic()
+    recorder = Recorder()
+    began = recorder.began
     try:
         async def main() -> None:
             deadline = time.monotonic() + seconds
@@ -219,6 +235,7 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
         "left_over_dataflows": len(leftover), "final_running_tasks": final["running_tasks"],
         "changes_per_s": round(sum(len(v) for v in recorder.latency_ms.values()) / elapsed, 2),
         "change_groups": groups, "feed_records_per_s": feed_rate, "produced": produced,
+        "by_minute": {op: by_window(calls) for op, calls in recorder.calls.items()},
     }
 
 
@@ -239,6 +256,9 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", f"Changes (submits and removals answered) per second: {result['changes_per_s']:g}; group commit: "
                   f"{groups.get('changes', 0)} changes in {groups.get('groups', 0)} groups, the largest "
                   f"{groups.get('largest', 0)}."]
+    if result.get("by_minute"):
+        lines += ["", "Submit p99 by minute of the run (the minute the call was made in): " + ", ".join(
+            f"{window['p99'] / 1000:.1f} s" for window in result["by_minute"]["submit"]) + "."]
     lines += ["", f"Failures (5xx, timeouts, transport errors): {len(result['failures'])}. Invariant problems: "
               f"{len(result['invariant_problems'])}. Dataflows left at the end: {result['left_over_dataflows']}, "
               f"removed; then running tasks: {result['final_running_tasks']}."]
