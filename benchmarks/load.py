@@ -77,15 +77,17 @@ def by_window(calls: list[tuple[float, float]], window_s: float = 60.0) -> list[
 class Recorder:
     def __init__(self) -> None:
         self.began = time.monotonic()
-        self.latency_ms: dict[str, list[float]] = {"submit": [], "remove": []}
         self.calls: dict[str, list[tuple[float, float]]] = {"submit": [], "remove": []}  # (made at, ms)
         self.statuses: dict[str, Counter[str]] = {"submit": Counter(), "remove": Counter()}
         self.failures: list[str] = []
 
+    @property
+    def latency_ms(self) -> dict[str, list[float]]:
+        return {op: [ms for _, ms in calls] for op, calls in self.calls.items()}
+
     def record(self, op: str, status: str, ms: float) -> None:
         self.statuses[op][status] += 1
-        self.latency_ms[op].append(ms)
-        self.calls[op].append((round(time.monotonic() - self.began - ms / 1000, 3), round(ms, 1)))
+        self.calls[op].append((time.monotonic() - self.began - ms / 1000, ms))
         if not status.isdigit() or int(status) >= 500:
             if len(self.failures) < 20:
                 self.failures.append(f"{op}: {status}")
@@ -200,7 +202,7 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
             pending = set(tasks)
             while pending:
                 _, pending = await asyncio.wait(pending, timeout=10)
-                done = sum(len(v) for v in recorder.latency_ms.values())
+                done = sum(len(v) for v in recorder.calls.values())
                 print(f"[{time.monotonic() - began:7.1f}s] {clients} clients: {done} calls, "
                       f"{sum(recorder.statuses['submit'].values())} submits, {len(recorder.failures)} failures",
                       flush=True)
@@ -233,7 +235,7 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
                             "count": len(v)} for op, v in recorder.latency_ms.items()},
         "failures": recorder.failures, "invariant_problems": during + after,
         "left_over_dataflows": len(leftover), "final_running_tasks": final["running_tasks"],
-        "changes_per_s": round(sum(len(v) for v in recorder.latency_ms.values()) / elapsed, 2),
+        "changes_per_s": round(sum(len(v) for v in recorder.calls.values()) / elapsed, 2),
         "change_groups": groups, "feed_records_per_s": feed_rate, "produced": produced,
         "by_minute": {op: by_window(calls) for op, calls in recorder.calls.items()},
     }

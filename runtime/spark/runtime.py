@@ -459,8 +459,9 @@ class SparkRuntime:
                 query.fragments = set(records[query_id]["fragments"])
             # A hand-over undoes itself unless its new queries ran. A change does not wait for them: each starts from
             # the offsets in its record (or its checkpoint), and one that dies starting is the supervisor's to restart.
-            for query in started if handing_over is not None else ():
-                query.wait_running()
+            if handing_over is not None:
+                for query in started:
+                    query.wait_running()
             fail_point("runtime.converge.started")
         except Exception as error:  # any failure undoes the whole change
             if not rollback:
