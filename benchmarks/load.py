@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import random
+import shutil
 import sys
 import threading
 import time
@@ -185,7 +186,8 @@ def source_topics(documents: list[dict[str, Any]]) -> list[str]:
 
 
 def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, timeout_s: float,
-        real: bool = False, feed_rate: float = 0.0) -> dict[str, Any]:
+        real: bool = False, feed_rate: float = 0.0, server_log: Path | None = None) -> dict[str, Any]:
+    """``server_log``: where to copy the server's log (its slow changes say where their time went)."""
     prefix = f"bench-load-{uuid.uuid4().hex[:8]}"
     target = HttpTarget(redis_url, prefix, run_dir, dry_run=not real)
     checks = [check_invariants, check_runtime] if real else [check_invariants]
@@ -221,6 +223,8 @@ def run(clients: int, seconds: float, apps: int, redis_url: str, run_dir: Path, 
     finally:
         if feed is not None:
             produced = feed.stop()
+        if server_log is not None:  # before close() deletes the run directory
+            shutil.copyfile(target.log_path, server_log)
         target.close()
         connection = redis_client(redis_url)
         try:
@@ -278,12 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real", action="store_true", help="against sana up with Spark and the embedded broker")
     parser.add_argument("--feed", type=float, default=0.0, help="with --real: records/s into each source topic (0: idle)")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/load-dryrun.json (load-real.json with --real)")
+    parser.add_argument("--server-log", type=Path, help="keep a copy of the server's log here")
     parser.add_argument("--report", action="store_true", help="only print the table from --out")
     parser.add_argument("--write-docs", action="store_true", help="with --report: write it into docs/reliability.md")
     args = parser.parse_args(argv)
     args.out = args.out or Path(f"benchmarks/results/load-{'real' if args.real else 'dryrun'}.json")
     if not args.report:
-        result = run(args.clients, args.seconds, args.apps, args.redis_url, args.run_dir, args.timeout, args.real, args.feed)
+        result = run(args.clients, args.seconds, args.apps, args.redis_url, args.run_dir, args.timeout, args.real, args.feed,
+                     args.server_log)
         args.out.write_text(json.dumps(result, indent=1))
         print(f"wrote {args.out}")
     result = json.loads(args.out.read_text())

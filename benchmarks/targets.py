@@ -116,14 +116,17 @@ def free_port() -> int:
 
 
 def wait_healthy(process: subprocess.Popen, client: httpx.Client, log_path: Path, timeout_s: float,
-                 pause_s: float) -> None:
-    """Return once ``sana up`` (``process``) answers 200 on ``/healthz``; raise if it exits or takes too long."""
+                 pause_s: float, session: bool = False) -> None:
+    """Return once ``sana up`` (``process``) answers 200 on ``/healthz`` (with ``session``: and its SparkSession is
+    ready, so that no measured change waits for Spark to start); raise if it exits or takes too long."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"sana up exited with {process.returncode}; see {log_path}")
         try:
-            if client.get("/healthz").status_code == 200:
+            response = client.get("/healthz")
+            if response.status_code == 200 and (
+                    not session or response.json()["components"]["runtime"].get("session") == "ready"):
                 return
         except httpx.TransportError:
             pass
@@ -216,7 +219,7 @@ class HttpTarget:
 
     def _wait_ready(self) -> None:
         timeout = SERVER_START_TIMEOUT_S if self.dry_run else 3 * SERVER_START_TIMEOUT_S  # + the broker and Spark
-        wait_healthy(self.process, self.client, self.log_path, timeout, pause_s=0.2)
+        wait_healthy(self.process, self.client, self.log_path, timeout, pause_s=0.2, session=not self.dry_run)
 
     def submit(self, document: dict[str, Any], body: bytes) -> Submitted:
         headers = {"content-type": "application/json"}

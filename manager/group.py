@@ -38,6 +38,7 @@ change's memory update before.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,9 +49,14 @@ from manager.ledger import Ledger
 from manager.state import State
 from manager.store import Writes
 from runtime.plan import Change
+from sana.timing import Phases
+
+log = logging.getLogger("sana.manager.group")
 
 #: The most changes deployed and committed together.
 MAX_GROUP = 64
+#: A group taking longer logs where its time went.
+SLOW_GROUP_S = 1.0
 
 
 @dataclass
@@ -134,13 +140,18 @@ class GroupCommit:
         """Plan, deploy and commit ``batch`` (or its head, up to a conflict) as one group, and answer it."""
         ledger = self.ledger
         outcome = _Round()
+        phases = Phases()
         try:
             with ledger.mutex, ledger.store.lock():
+                phases.mark("lock")
                 ledger.sync()
                 self._plan(batch, ledger.state, outcome)
+                phases.mark("plan")
                 if outcome.members and self._commit(outcome.members, ledger.state):
                     outcome.committed = True
+                    phases.mark("deploy and commit")
                 elif outcome.members:
+                    phases.mark("refused deploy")
                     retry = [request for request, _ in outcome.members] + [request for request, _ in outcome.refused]
                     for request in retry:  # the runtime refused the group: each change alone, in arrival order
                         request.alone, request.in_memory = True, False
@@ -160,6 +171,9 @@ class GroupCommit:
                 return
         else:
             self._requeue(outcome.requeued)
+        if phases.total >= SLOW_GROUP_S:
+            log.info("a group of %d changes (%d refused, %d put back) took %.2f s: %s", len(outcome.members),
+                     len(outcome.refused), len(outcome.requeued), phases.total, phases)
         for request, error in outcome.refused:
             request.answer(error=error)
         for request, _ in outcome.members:
