@@ -53,15 +53,18 @@ from runtime.spark.live_plan import LivePlan
 from runtime.spark.query_records import QueryRecords
 from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts, mergeable
 from runtime.spark.reshape import ReshapeSettings
+from runtime.spark.retiring import Retiring
 from runtime.spark.settling import SettlingTopics
 from runtime.spark.supervisor import Supervisor
 from sana.failpoints import fail_point
+from sana.timing import Phases
 
 log = logging.getLogger("sana.runtime.spark")
 
 DRAIN_TIMEOUT_S = 120.0
 HOUSEKEEPING_EVERY_S = 0.5
 IDLE_DRAIN_S = 5.0  # an idle query's batch computes nothing: it ends in tens of milliseconds
+SLOW_CONVERGE_S = 1.0  # a convergence taking longer logs where its time went
 
 
 class SparkRuntime:
@@ -113,6 +116,7 @@ class SparkRuntime:
         self.queries: dict[str, FragmentQuery] = {}
         self.plans: dict[str, QueryLayout] = {}
         self.idle = IdleQueries(keep_idle_s)
+        self.retiring = Retiring()  # idle queries let go of, stopped by the housekeeping thread
         self._plan_version = 0
         self._spark = None
         self._spark_error: BaseException | None = None
@@ -276,6 +280,7 @@ class SparkRuntime:
                     query.drain(timeout_s=15)
             for query in [*self.queries.values(), *self.idle.drain()]:
                 query.close()
+            self.retiring.stop_all(drain_s=0)
             self.queries.clear()
         self.topics.close()
 
@@ -395,6 +400,7 @@ class SparkRuntime:
     def converge(self, desired: dict[str, TaskSpec], reason: str, rollback: bool,
                  handing_over: HandOver | None = None) -> None:
         """Make what runs equal ``desired``; with ``handing_over``, new queries start at its cut, seeded by it."""
+        phases = Phases()
         if self._records is None:
             self._records = self.query_records.load()
         records = self._records
@@ -412,12 +418,14 @@ class SparkRuntime:
         created_topics: list[str] = []
         started: list[FragmentQuery] = []
         new_records = [idle.query.id for idle in reused]  # their records were deleted when they went idle
+        phases.mark("layout")
         try:
             if plans:
                 self.spark()
             needed = set().union(*(plan.source_topics | plan.sink_topics for plan in plans.values()))
             internal = internal_topics(plans.values())
             created_topics = self.topics.ensure(needed | internal)
+            phases.mark("topics")
             changed = []  # only the records this change touches are written: one round trip, not one per query
             for query_id, plan in plans.items():
                 record = records.get(query_id)
@@ -433,6 +441,7 @@ class SparkRuntime:
                     record["fragments"] = fragments
                     changed.append(record)
             self.query_records.save(*changed)
+            phases.mark("records")
             fail_point("runtime.converge.recorded")
             removing = bool(set(self.tasks) - set(desired))
             # A query whose driver writes drops a removed output's rows at once, also those of a batch in flight
@@ -451,17 +460,20 @@ class SparkRuntime:
                     self.queries[query_id] = query
                     started.append(query)
                     log.info("%s: started query %s for fragments %s", reason, query_id, sorted(query.fragments or records[query_id]["fragments"]))
+                    phases.mark("start")
                 elif not live.same_work(query.plan):
                     fenced = removing and handing_over is None and query.fences_outputs
                     query.set_plan(live, wait=removing and not fenced)
                     if fenced:
                         unsettled.append((query, live.version))
+                    phases.mark("replan")
                 query.fragments = set(records[query_id]["fragments"])
             # A hand-over undoes itself unless its new queries ran. A change does not wait for them: each starts from
             # the offsets in its record (or its checkpoint), and one that dies starting is the supervisor's to restart.
             if handing_over is not None:
                 for query in started:
                     query.wait_running()
+                phases.mark("hand-over")
             fail_point("runtime.converge.started")
         except Exception as error:  # any failure undoes the whole change
             if not rollback:
@@ -486,13 +498,17 @@ class SparkRuntime:
                 log.info("query %s is idle: kept for %.0f s for a change that reads %s", query_id, self.idle.keep_s,
                          sorted(records[query_id]["inputs"]))
                 unsettled.append((query, empty.version))
+            phases.mark("empty")
             for stopped in stopping:
-                if stopped is query and query.alive():  # stopped between batches, as a query stops cleanly
+                if stopped is not query:  # an idle one over the limit
+                    self.retiring.add(stopped)
+                    continue
+                if query.alive():  # stopped between batches, as a query stops cleanly
                     query.wait_quiesced(empty.version)
-                elif stopped is not query:  # an idle one over the limit: its batches are short and compute nothing
-                    stopped.drain(IDLE_DRAIN_S)
-                stopped.discard()
-                log.info("stopped query %s", stopped.id)
+                phases.mark("quiesce")
+                query.discard()
+                log.info("stopped query %s", query.id)
+                phases.mark("stop")
         for query_id in [q for q in list(records) if q not in plans]:
             records.pop(query_id)
             self.query_records.delete(query_id)
@@ -502,12 +518,17 @@ class SparkRuntime:
         # the topics the old plans used stay until the batches that ran them have ended
         self.settling.hold(internal_topics(self.plans.values()) - internal, unsettled)
         self.tasks, self.host, self.plans = desired, host, plans
+        phases.mark("records")
         self._delete_unused_internal(internal)
+        phases.mark("topics")
+        if phases.total >= SLOW_CONVERGE_S:
+            log.info("%s: converged in %.2f s (%d started, %d stopped): %s", _shortened(reason), phases.total,
+                     len(started), len(old[2]) - len(set(old[2]) & set(plans)), phases)
 
     def _delete_unused_internal(self, planned: set[str]) -> None:
         """Delete the internal topics that neither ``planned`` (the plans'), an idle query nor a batch of an older
         plan still running uses."""
-        self.delete_unused_topics(planned | self.idle.topics() | self.settling.topics())
+        self.delete_unused_topics(planned | self.idle.topics() | self.retiring.topics() | self.settling.topics())
 
     def _take_idle(self, host: dict[str, str], plans: dict[str, QueryLayout],
                    records: dict[str, dict[str, Any]]) -> list[IdleQuery]:
@@ -533,18 +554,19 @@ class SparkRuntime:
         return taken
 
     def _housekeeping(self) -> None:
-        """A few times a second: stop the queries idle for their keep time, and delete the internal topics that
-        neither a plan, an idle query nor a batch still running an older plan uses."""
+        """A few times a second: stop the queries idle for their keep time (and those let go of by a change) outside
+        the runtime's lock, then delete the internal topics that neither a plan, an idle query nor a batch still
+        running an older plan uses."""
         while not self._closing.wait(HOUSEKEEPING_EVERY_S):
             with self._lock:
-                expired = self.idle.expired()
-                for query in expired:
-                    query.drain(IDLE_DRAIN_S)
-                    query.discard()
-                    log.info("stopped query %s (idle for %.0f s)", query.id, self.idle.keep_s)
+                for query in self.idle.expired():
+                    log.info("query %s was idle for %.0f s: stopping it", query.id, self.idle.keep_s)
+                    self.retiring.add(query)
+            stopped = self.retiring.stop_all(IDLE_DRAIN_S)
+            with self._lock:
                 settling = len(self.settling)
                 self.settling.topics()  # lets go of what has settled
-                if expired or len(self.settling) < settling:
+                if stopped or len(self.settling) < settling:
                     self._delete_unused_internal(internal_topics(self.plans.values()))
 
     def _roll_back(self, started: list[FragmentQuery], old_host: dict[str, str], old_plans: dict[str, LivePlan],
@@ -645,3 +667,8 @@ def _local_master(master: str) -> bool:
     (True, False, False)
     """
     return master == "local" or master.startswith("local[")
+
+
+def _shortened(reason: str, limit: int = 160) -> str:
+    """A change's reason for a log line (a group's joins all its members')."""
+    return reason if len(reason) <= limit else f"{reason[:limit]}... ({reason.count('; ') + 1} changes)"

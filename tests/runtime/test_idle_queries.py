@@ -7,11 +7,12 @@ the embedded broker, Redis); the rest are unit tests of the bookkeeping
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
 from runtime.spark.idle import IdleQueries
+from runtime.spark.retiring import Retiring
 from tests.fixtures.kafka_io import produce, topic_exists, wait_for
 from tests.fixtures.sharing import wait_sink
 from tests.fixtures.streams import as_written, expect_a, expect_c, flow_a, flow_c, urban_records
@@ -61,8 +62,8 @@ def test_a_new_query_reading_what_an_idle_one_reads_is_that_query(manager_factor
     manager.submit(flow_c(urban, other, f"{urban}-c3"))
     assert c_id in runtime.idle and c_id not in runtime.queries and len(runtime.queries) == 2
 
-    # after its keep time the idle query stops: its checkpoint and the tap it alone read go
-    wait_for(lambda: c_id not in runtime.idle, 60, "the idle query to stop")
+    # after its keep time the idle query stops (in the background): its checkpoint and the tap it alone read go
+    wait_for(lambda: c_id not in runtime.idle and not len(runtime.retiring), 60, "the idle query to stop")
     assert not c_query.alive() and not (runtime.checkpoint_root / c_id).exists()
     assert topic_exists(kafka_bootstrap, tap), "the third dataflow's query reads the same tap"
 
@@ -73,9 +74,21 @@ class StandIn:
 
     id: str
     running: bool = True
+    inputs: dict = field(default_factory=dict)
+    stop_fails: bool = False
+    drained_for: float | None = None
 
     def alive(self) -> bool:
         return self.running
+
+    def drain(self, timeout_s: float) -> bool:
+        self.drained_for = timeout_s
+        return True
+
+    def discard(self) -> None:
+        if self.stop_fails:
+            raise RuntimeError("the JVM went away")
+        self.running = False
 
 
 class Clock:
@@ -141,3 +154,17 @@ def test_without_a_keep_time_or_a_record_a_query_stops_at_once():
     assert IdleQueries(keep_s=0).keep(query := StandIn("q1"), record("q1")) == [query]
     assert IdleQueries(keep_s=30).keep(query := StandIn("q2"), None) == [query]
     assert IdleQueries(keep_s=30).keep(query := StandIn("q3", running=False), record("q3")) == [query]
+
+
+def test_retiring_queries_keep_their_topics_until_stopped_even_when_a_stop_fails():
+    retiring = Retiring()
+    calm = StandIn("q1", inputs={"a": {"0": 5}, "b": {"0": 0}})
+    broken = StandIn("q2", inputs={"c": {"0": 1}}, stop_fails=True)
+    retiring.add(calm)
+    retiring.add(broken)
+    assert retiring.topics() == {"a", "b", "c"} and len(retiring) == 2
+    assert retiring.stop_all(drain_s=5) == ["q1", "q2"]
+    assert not calm.alive() and calm.drained_for == 5, "drained (at most 5 s), then stopped"
+    assert broken.alive() and broken.drained_for == 5
+    assert len(retiring) == 0 and retiring.topics() == set(), "a query whose stop failed is forgotten all the same"
+    assert retiring.stop_all(drain_s=5) == []
