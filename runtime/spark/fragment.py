@@ -50,6 +50,7 @@ __all__ = ["REPLAYS_KEY", "BatchStats", "FragmentQuery", "LivePlan", "StateCopy"
 log = logging.getLogger("sana.runtime.query")
 
 RECENT_BATCHES = 20
+LONG_BATCH_S = 10.0  # a batch running longer may belong to a query that died (in_flight_version asks)
 # A query's Python source runner is a new Python process that must connect back to the JVM within Spark's
 # fixed 10 s; on a loaded machine it sometimes does not (seen with 30 queries on 2 cores). Such a start is
 # tried again before the defragmentation or hand-over that needed the query undoes itself (a change does not
@@ -140,6 +141,7 @@ class FragmentQuery(Statement, Isolation):
         self._states_version: int | None = None
         self._state_bytes = 0
         self._in_flight: int | None = None
+        self._in_flight_since = 0.0
         self._cond = threading.Condition()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -275,10 +277,14 @@ class FragmentQuery(Statement, Isolation):
         return self.producer is not None
 
     def in_flight_version(self) -> int | None:
-        """The plan version of the batch in flight; None if none runs (or the query is dead)."""
+        """The plan version of the batch in flight; None if none runs (or the query is dead). Whether the query
+        is alive (a question to the JVM, slow while every core is busy) is asked only of a batch running for
+        :data:`LONG_BATCH_S` or more: a batch ends by itself whether its query died meanwhile or not, unless it hangs."""
         with self._cond:
-            running = self._in_flight
-        return None if running is None or not self.alive() else running
+            running, since = self._in_flight, self._in_flight_since
+        if running is None or (time.monotonic() - since >= LONG_BATCH_S and not self.alive()):
+            return None
+        return running
 
     def wait_quiesced(self, version: int, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -308,7 +314,7 @@ class FragmentQuery(Statement, Isolation):
     def _batch(self, df: DataFrame, batch_id: int) -> None:
         with self._cond:
             plan, keyed = self.plan, self.keyed
-            self._in_flight = plan.version
+            self._in_flight, self._in_flight_since = plan.version, time.monotonic()
             retired, self._retired = self._retired, set()
         for task_id in retired - set(keyed):  # no batch runs them any more: their worker state goes
             self._worker_store.drop(task_id)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
+from runtime.spark.fragment import LONG_BATCH_S, FragmentQuery
 from runtime.spark.settling import SettlingTopics
 
 
@@ -47,3 +51,33 @@ def test_a_query_many_holds_wait_for_is_asked_once_a_look():
         settling.hold({f"t{version}"}, [(busy, version)])
     assert len(settling.topics()) == 10
     assert busy.asked == 1, "one question to the JVM per query, not one per hold"
+
+
+class JvmQuery:
+    """The Spark query handle, counting how often it is asked whether it runs."""
+
+    def __init__(self, active: bool) -> None:
+        self.active, self.asked = active, 0
+
+    @property
+    def isActive(self) -> bool:
+        self.asked += 1
+        return self.active
+
+
+def fragment_in_flight(version: int | None, running_for_s: float, active: bool) -> FragmentQuery:
+    """A FragmentQuery (only what ``in_flight_version`` reads) whose batch of plan ``version`` began ``running_for_s`` ago."""
+    query = object.__new__(FragmentQuery)
+    query._cond, query.query = threading.Condition(), JvmQuery(active)
+    query._in_flight, query._in_flight_since = version, time.monotonic() - running_for_s
+    return query
+
+
+def test_a_batch_in_flight_is_answered_without_asking_the_jvm_until_it_runs_long():
+    assert fragment_in_flight(None, 0, active=True).in_flight_version() is None
+    short = fragment_in_flight(4, 0.5, active=False)
+    assert short.in_flight_version() == 4 and short.query.asked == 0, "a short batch ends by itself"
+    long_alive = fragment_in_flight(4, LONG_BATCH_S + 1, active=True)
+    assert long_alive.in_flight_version() == 4 and long_alive.query.asked == 1
+    long_dead = fragment_in_flight(4, LONG_BATCH_S + 1, active=False)
+    assert long_dead.in_flight_version() is None, "a long batch of a dead query holds nothing"
