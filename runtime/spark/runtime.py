@@ -63,7 +63,7 @@ log = logging.getLogger("sana.runtime.spark")
 
 DRAIN_TIMEOUT_S = 120.0
 HOUSEKEEPING_EVERY_S = 0.5
-IDLE_DRAIN_S = 5.0  # an idle query's batch computes nothing: it ends in tens of milliseconds
+IDLE_DRAIN_S = 5.0  # how long a leaving idle query may finish its batch (computing nothing, but behind every other)
 SLOW_CONVERGE_S = 1.0  # a convergence taking longer logs where its time went
 
 
