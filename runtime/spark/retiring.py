@@ -7,7 +7,7 @@ seconds: with 50 clients changing dataflows while records flow on 2 cores, the
 wait for an idle query's batch hit its 5 s bound in most such stops, and the
 stop itself took 0.1-0.9 s. Done inside a change, every change queued behind
 it waited too. Nothing needs to wait: an idle query runs an empty plan
-(reads, writes nothing), has no record in Redis, and is no longer offered to
+(it computes and writes nothing), has no record in Redis, and is no longer offered to
 changes. So the change or the housekeeping pass hands it over here and goes
 on, and the housekeeping thread stops it outside the runtime's lock. The
 topics it reads stay until it has stopped (:meth:`Retiring.topics`), so that

@@ -523,7 +523,7 @@ class SparkRuntime:
         phases.mark("topics")
         if phases.total >= SLOW_CONVERGE_S:
             log.info("%s: converged in %.2f s (%d started, %d stopped): %s", _shortened(reason), phases.total,
-                     len(started), len(old[2]) - len(set(old[2]) & set(plans)), phases)
+                     len(started), len(set(old[2]) - set(plans)), phases)
 
     def _delete_unused_internal(self, planned: set[str]) -> None:
         """Delete the internal topics that neither ``planned`` (the plans'), an idle query nor a batch of an older
