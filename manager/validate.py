@@ -21,6 +21,7 @@ from manager.signature import signatures
 from runtime.exceptions import OperatorConfigInvalid, OperatorUnknown
 from runtime.operators import OperatorSpec, get_operator
 from runtime.operators.keyed_options import tidy_runtime_keys, without_runtime_keys
+from runtime.operators.io import RUNTIME_KEYS as SINK_RUNTIME_KEYS
 from runtime.operators.limits import OperatorLimitExceeded, OperatorLimits
 from runtime.operators.names import check_output
 from runtime.operators.types import Schema
@@ -74,7 +75,7 @@ def parse_dataflow(body: bytes | str | dict[str, Any], limits: OperatorLimits | 
     sigs = signatures(
         order,
         {task_id: task.type for task_id, task in task_values.items()},
-        {task_id: without_runtime_keys(config) if specs[task_id].keyed else config for task_id, config in canonical.items()},
+        {task_id: _signed(specs[task_id], config) for task_id, config in canonical.items()},
         {task_id: task.site for task_id, task in task_values.items()},
         {task_id: [(port, parent) for port, parent in pairs] for task_id, pairs in parents.items()},
     )
@@ -89,6 +90,16 @@ def parse_dataflow(body: bytes | str | dict[str, Any], limits: OperatorLimits | 
         document=raw,
         owner=document.owner,
     )
+
+
+def _signed(spec: OperatorSpec, config: dict[str, Any]) -> dict[str, Any]:
+    """What a task's signature hashes: its config without the keys that tune how it runs, not what it computes
+    (a keyed operator's workers and Reshape, a sink's ``max_delay``): tasks differing only there are shared."""
+    if spec.keyed:
+        return without_runtime_keys(config)
+    if spec.is_sink:
+        return {key: value for key, value in config.items() if key not in SINK_RUNTIME_KEYS}
+    return config
 
 
 MAX_DEPTH = 32  # nesting of a document: a dataflow needs 6 (a window's aggregates); far less than Python's stack

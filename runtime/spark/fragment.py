@@ -40,7 +40,7 @@ from runtime.quarantine import Quarantine
 from runtime.spark import operators as spark_operators
 from runtime.spark.driver_state import StateStore
 from runtime.spark.isolation import Isolation, describe_failure
-from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
+from runtime.spark.kafka_source import NAME as SOURCE_FORMAT, write_gather
 from runtime.spark.live_plan import LivePlan
 from runtime.spark.statement import REPLAYS_KEY, Statement
 from runtime.spark.worker_state import WorkerStateStore
@@ -120,6 +120,10 @@ class FragmentQuery(Statement, Isolation):
         self.routes = dict(routes or {})
         self._cores = spark.sparkContext.defaultParallelism  # tasks that collect a batch's output (local mode)
         self.bound_file = checkpoint / "bound.json"
+        self.gather_file = checkpoint / "gather.json"
+        # how long the reader may hold input for a larger batch (the sinks' max_delay); None: not written yet (a file
+        # left in the checkpoint by an earlier run is replaced at the first plan)
+        self.gather_s: float | None = None
         self.plan = LivePlan(0)
         self.query = None
         self.run = ""
@@ -156,6 +160,7 @@ class FragmentQuery(Statement, Isolation):
             .option("bootstrap", self.bootstrap)
             .option("topics", json.dumps(self.inputs, sort_keys=True))
             .option("bound_file", str(self.bound_file))
+            .option("gather_file", str(self.gather_file))
         )
         if self.max_records_per_batch:
             reader = reader.option("max_records_per_batch", str(self.max_records_per_batch))
@@ -269,6 +274,13 @@ class FragmentQuery(Statement, Isolation):
             self.producer.retire(before - after)
         if wait:
             self.wait_quiesced(plan.version, timeout_s)
+
+    def set_gather(self, seconds: float) -> None:
+        """Let the reader hold input up to ``seconds`` for a larger batch from its next trigger on (0: never);
+        :func:`runtime.spark.layout.gathers` says how long, :func:`runtime.spark.kafka_source.holds` when."""
+        if seconds != self.gather_s:
+            write_gather(self.gather_file, seconds)
+            self.gather_s = seconds
 
     @property
     def fences_outputs(self) -> bool:
@@ -410,6 +422,7 @@ class FragmentQuery(Statement, Isolation):
             "fragments": sorted(self.fragments),
             "tasks": [task.id for task in self.plan.tasks],
             "outputs": [{"task": task_id, "topic": topic} for task_id, topic in self.plan.outputs],
+            "gather_s": self.gather_s or 0.0,
             "inputs": sorted(self.inputs),
             "restarts": self.restarts,
             "batches": self.batches_done,

@@ -23,7 +23,9 @@ queries' outputs: reading headers is most of a record's cost, so other topics
 get a null origin (without the option every topic's are read); ``routes``,
 JSON ``{topic: address}``, the topics whose records are fetched through
 another address than ``bootstrap`` (a link from the site that writes them;
-end offsets are still asked of ``bootstrap``).
+end offsets are still asked of ``bootstrap``); ``gather_file``, where the
+runtime keeps how long the query may hold its input before a batch
+(:func:`holds`: its sinks' ``max_delay``), read every trigger like the bound.
 
 Writing (batch, and streaming): rows ``(topic string, value string)`` are
 produced as they are, each with headers ``sana.writer``, ``sana.run`` and
@@ -46,6 +48,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -169,6 +172,51 @@ def _drop_client(cache: dict, bootstrap: str) -> None:
     from runtime.broker import rdkafka
 
     rdkafka.close(cache.pop(bootstrap, None))
+
+
+#: A query holding its input (a sink's ``max_delay``) runs a batch anyway once this many records wait: by then
+#: the records' own work (about 20 us each) is as large as a micro-batch's fixed cost (0.3-0.6 CPU-seconds).
+GATHER_RECORDS = 20_000
+
+
+def holds(pending: int, gather_s: float, since_s: float | None, bounded: bool, cap: int = 0) -> bool:
+    """Whether a trigger that found ``pending`` new records runs no batch yet, so that they go in a larger one.
+
+    ``gather_s``: how long the query may hold them; ``since_s``: seconds since its reader last gave a batch
+    records (None before its first: a query's first batch, after a start or a restart, is never held, and
+    neither is the first after a quiet spell longer than ``gather_s``); ``bounded``: a cut waits for the query to
+    reach its bound (a defragmentation), so nothing is held then; ``cap``: records a batch may take at most.
+
+    >>> holds(40, 5.0, 1.0, False), holds(40, 5.0, 5.0, False), holds(40, 5.0, None, False)
+    (True, False, False)
+    >>> holds(0, 5.0, 1.0, False), holds(40, 0.0, 1.0, False), holds(40, 5.0, 1.0, True)
+    (False, False, False)
+    >>> holds(GATHER_RECORDS, 5.0, 1.0, False), holds(1_000, 5.0, 1.0, False, cap=1_000)
+    (False, False)
+    """
+    full = min(GATHER_RECORDS, cap) if cap else GATHER_RECORDS
+    return 0 < pending < full and gather_s > 0 and since_s is not None and since_s < gather_s and not bounded
+
+
+def write_gather(path: Path, gather_s: float) -> None:
+    """Keep ``gather_s`` where the query's reader finds it at its next trigger (0: remove it)."""
+    if not gather_s:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps({"gather_s": gather_s}))
+    temporary.replace(path)
+
+
+def read_gather(path: str | None) -> float:
+    if not path:
+        return 0.0
+    try:
+        with open(path) as handle:
+            return float(json.load(handle)["gather_s"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -324,6 +372,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.origin_topics = None if listed is None else set(json.loads(listed))
         self.bound_file = options.get("bound_file") or None
         self.routes: dict[str, str] = json.loads(options.get("routes") or "{}")
+        self.gather_file = options.get("gather_file") or None
+        self._gave_at: float | None = None  # when a batch last got records from this reader
         self._probe = None
         self._latest: dict[str, dict[str, int]] | None = None
 
@@ -364,9 +414,11 @@ class KafkaStreamReader(DataSourceStreamReader):
         partition_count = max(1, sum(len(parts) for parts in ends.values()))
         per_partition = max(1, cap // partition_count) if cap else 0
         result: dict[str, dict[str, int]] = {}
+        here: dict[str, dict[str, int]] = {}
+        pending = 0
         for topic in self.start_offsets:
             known = begin.get(topic, {})
-            result[topic] = {}
+            result[topic], here[topic] = {}, {}
             for partition, end in ends.get(topic, {}).items():
                 first = int(known.get(partition, self.start_offsets[topic].get(partition, 0)))
                 last = max(first, end)
@@ -374,10 +426,18 @@ class KafkaStreamReader(DataSourceStreamReader):
                     last = min(last, first + per_partition)
                 if partition in bound.get(topic, {}):
                     last = max(first, min(last, int(bound[topic][partition])))
-                result[topic][partition] = last
+                result[topic][partition], here[topic][partition] = last, first
+                pending += last - first
             for partition, offset in known.items():  # a partition the broker forgot: keep our position
                 result[topic].setdefault(partition, int(offset))
+                here[topic].setdefault(partition, int(offset))
         self._latest = ends
+        now = time.monotonic()
+        since = None if self._gave_at is None else now - self._gave_at
+        if holds(pending, read_gather(self.gather_file), since, bool(bound), cap):
+            return here
+        if pending:
+            self._gave_at = now
         return result
 
     def reportLatestOffset(self) -> dict | None:

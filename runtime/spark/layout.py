@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from runtime.broker.topics import tap_topic
+from runtime.operators.fields import duration_ms
 from runtime.plan import TaskSpec
 
 
@@ -198,3 +199,63 @@ def mergeable(plans: Mapping[str, QueryLayout], sites: Mapping[str, str | None])
 
 def internal_topics(plans: Iterable[QueryLayout]) -> set[str]:
     return set().union(*(plan.internal_topics for plan in plans))
+
+
+def gathers(plans: Mapping[str, QueryLayout]) -> dict[str, float]:
+    """How long each query may hold its input to run fewer, larger micro-batches (seconds; 0: a batch a trigger).
+
+    A sink's ``max_delay`` bounds what its records wait in all. The queries on the longest chain of taps ending
+    at the sink's query share it equally, so that however many of them a record crosses, the sum stays within
+    it; a query holds for the least any of its outputs allows: a sink without a delay allows nothing, and a tap
+    allows what the queries reading it do.
+
+    >>> def sink(task_id, delay=None):
+    ...     config = {"topic": task_id, **({"max_delay": delay} if delay else {})}
+    ...     return TaskSpec(task_id, task_id, "sink", config, None, (), "f", {})
+    >>> alone = QueryLayout([sink("a", "6 seconds"), sink("b", "4 seconds")], outputs=[("a", "a"), ("b", "b")],
+    ...                     sink_topics={"a", "b"})
+    >>> mixed = QueryLayout([sink("a", "6 seconds"), sink("b")], outputs=[("a", "a"), ("b", "b")], sink_topics={"a", "b"})
+    >>> gathers({"q1": alone, "q2": mixed})
+    {'q1': 4.0, 'q2': 0.0}
+    >>> up = QueryLayout(outputs=[("hot", "t.hot")])
+    >>> down = QueryLayout([sink("c", "6 seconds")], reads={"hot": "t.hot"}, outputs=[("c", "c")], sink_topics={"c"})
+    >>> gathers({"q1": up, "q2": down})
+    {'q1': 3.0, 'q2': 3.0}
+    >>> gathers({"q1": up, "q2": down, "q3": QueryLayout(reads={"hot": "t.hot"}, outputs=[("d", "d")], sink_topics={"d"})})
+    {'q1': 0.0, 'q2': 3.0, 'q3': 0.0}
+    """
+    writer = {topic: query for query, plan in plans.items() for _, topic in plan.outputs if topic not in plan.sink_topics}
+    readers: dict[str, list[str]] = {}
+    for query, plan in plans.items():
+        for topic in plan.reads.values():
+            readers.setdefault(topic, []).append(query)
+    depths: dict[str, int] = {}
+    allowed: dict[str, float] = {}
+
+    def depth(query: str, seen: frozenset = frozenset()) -> int:
+        """Queries on the longest chain of taps from one reading no tap to ``query``, itself included."""
+        if query not in depths:
+            upstream = {writer[topic] for topic in plans[query].reads.values() if topic in writer} - seen - {query}
+            depths[query] = 1 + max((depth(other, seen | {query}) for other in upstream), default=0)
+        return depths[query]
+
+    def allow(query: str, seen: frozenset = frozenset()) -> float:
+        if query in allowed:
+            return allowed[query]
+        if query in seen:  # queries reading each other's taps in a ring: none holds
+            return 0.0
+        plan = plans[query]
+        tasks = {task.id: task for task in plan.tasks}
+        least = None
+        for task_id, topic in plan.outputs:
+            if topic in plan.sink_topics:
+                delay = tasks[task_id].config.get("max_delay") if task_id in tasks else None
+                value = duration_ms(delay) / 1000 / depth(query) if delay else 0.0
+            else:
+                value = min((allow(reader, seen | {query}) for reader in readers.get(topic, ()) if reader != query),
+                            default=0.0)
+            least = value if least is None else min(least, value)
+        allowed[query] = least or 0.0
+        return allowed[query]
+
+    return {query: allow(query) for query in sorted(plans)}

@@ -51,7 +51,7 @@ from runtime.spark.fragment import FragmentQuery
 from runtime.spark.idle import IdleQueries, IdleQuery
 from runtime.spark.live_plan import LivePlan
 from runtime.spark.query_records import QueryRecords
-from runtime.spark.layout import QueryLayout, assign_hosts, internal_topics, layouts, mergeable
+from runtime.spark.layout import QueryLayout, assign_hosts, gathers, internal_topics, layouts, mergeable
 from runtime.spark.reshape import ReshapeSettings
 from runtime.spark.retiring import Retiring
 from runtime.spark.settling import SettlingTopics
@@ -518,6 +518,9 @@ class SparkRuntime:
         # the topics the old plans used stay until the batches that ran them have ended
         self.settling.hold(internal_topics(self.plans.values()) - internal, unsettled)
         self.tasks, self.host, self.plans = desired, host, plans
+        for query_id, seconds in gathers(plans).items():
+            if query_id in self.queries:
+                self.queries[query_id].set_gather(seconds)
         phases.mark("records")
         self._delete_unused_internal(internal)
         phases.mark("topics")

@@ -201,6 +201,33 @@ def test_two_sinks_writing_one_topic_differently(client):
     assert "'out' and 'out2' both write topic 't'" in response.json()["detail"]
 
 
+@pytest.mark.parametrize(("delay", "text"), [
+    ("1 minute", "'1 minute' is longer than 30 seconds, the longest a sink's records may wait for a micro-batch"),
+    ("soon", "'soon' is not a duration like '10 seconds'"),
+    (5, "config.max_delay"),
+])
+def test_a_sinks_max_delay_is_checked_and_names_the_field(client, delay, text):
+    document = chain(source(), task("hot", "filter", expr="temp > 3"), task("out", "sink", topic="t", max_delay=delay))
+    response = client.post("/dataflows", json=document)
+    assert response.status_code == 422, response.text
+    answer = response.json()
+    assert answer["code"] == "OPERATOR_CONFIG_INVALID" and answer["culprit"] == {"task": "out", "field": "config.max_delay"}
+    assert answer["detail"].startswith("task 'out' (sink) config.max_delay: ") and text in answer["detail"]
+    assert client.get("/stats").json()["running_tasks"] == 0
+
+
+def test_a_sinks_max_delay_tunes_how_it_runs_not_what_it_writes(client):
+    plain = chain(source(), task("hot", "filter", expr="temp > 3"), task("out", "sink", topic="t"))
+    first = client.post("/dataflows", json=plain)
+    assert first.status_code == 201
+    delayed = chain(source(), task("hot", "filter", expr="temp > 3"), task("out", "sink", topic="t", max_delay="5000 ms"),
+                    name="delayed")
+    second = client.post("/dataflows", json=delayed)
+    assert second.status_code == 201, second.text
+    assert sorted(second.json()["reused"]) == ["hot", "out", "src"], "one sink writes the topic, not two"
+    assert client.get("/stats").json()["running_tasks"] == 3
+
+
 def _keyed_flow(join_config: dict, sink: str = "joined-keyed") -> dict:
     return {
         "name": "keyed-knobs",

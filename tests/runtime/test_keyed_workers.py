@@ -31,7 +31,8 @@ def us(seconds: float) -> int:
 @pytest.mark.parametrize("name", ["runtime.spark.shuffle", "runtime.spark.worker_task", "runtime.operators.window.worker", "runtime.spark.reshape",
                                   "runtime.operators.keyed_options", "runtime.spark.fragment", "runtime.spark.statement", "runtime.spark.isolation",
                                   "runtime.spark.keyed_operator", "runtime.spark.session",
-                                  "runtime.spark.live_plan", "runtime.spark.sql_text"])
+                                  "runtime.spark.live_plan", "runtime.spark.sql_text", "runtime.spark.layout",
+                                  "runtime.spark.kafka_source"])
 def test_docstring_examples(name):
     assert doctest.testmod(importlib.import_module(name)).failed == 0
 
