@@ -106,7 +106,9 @@ def measure(warmup_s: float, seconds: float, source_linger_ms: int | None = None
                 "batch_ms": {"p50": round(statistics.median(durations)) if durations else None,
                              "p95": round(pct(durations, 95)) if durations else None,
                              "max": round(max(durations)) if durations else None},
-                "keyed_operators": reshape}
+                "keyed_operators": reshape,
+                # how long each query could hold its input for a larger batch (its sinks' max_delay; 0: none)
+                "gather_s": {query["query"]: query.get("gather_s", 0.0) for query in queries}}
     finally:
         process.terminate()
         try:
@@ -133,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| {result['dataflows']} | {result['queries']} | {result['trigger_s']:g} s | {result['batch_ms']['p50']} ms | "
           f"{result['batch_ms']['p95']} ms | {result['cores']:.2f} | {result['cpu_s_per_batch']} |")
     print(json.dumps(result["keyed_operators"], indent=1))
+    print("queries' hold (s, their sinks' max_delay):", json.dumps(result["gather_s"], sort_keys=True))
     print(f"wrote {args.out}")
     return 0
 

@@ -396,15 +396,16 @@ class KafkaStreamReader(DataSourceStreamReader):
             raise
         return {topic: {str(partition): offset for partition, offset in parts.items()} for topic, parts in ends.items()}
 
-    def _bound(self) -> dict[str, dict[str, int]]:
-        """Offsets not to read past, per topic and partition, while the bound file exists (a defrag's cut)."""
+    def _bound(self) -> dict[str, dict[str, int]] | None:
+        """Offsets not to read past, per topic and partition, while the bound file exists (a defrag's cut; a
+        query of the cut reading only its taps gets an empty one); None without it."""
         if not self.bound_file:
-            return {}
+            return None
         try:
             with open(self.bound_file) as handle:
                 return json.load(handle)
         except FileNotFoundError:
-            return {}
+            return None
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         ends = self._ends()
@@ -424,7 +425,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 last = max(first, end)
                 if per_partition:
                     last = min(last, first + per_partition)
-                if partition in bound.get(topic, {}):
+                if bound is not None and partition in bound.get(topic, {}):
                     last = max(first, min(last, int(bound[topic][partition])))
                 result[topic][partition], here[topic][partition] = last, first
                 pending += last - first
@@ -434,7 +435,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._latest = ends
         now = time.monotonic()
         since = None if self._gave_at is None else now - self._gave_at
-        if holds(pending, read_gather(self.gather_file), since, bool(bound), cap):
+        if holds(pending, read_gather(self.gather_file), since, bound is not None, cap):
             return here
         if pending:
             self._gave_at = now

@@ -3,10 +3,12 @@ holding as soon as an output that allows no delay joins it."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
+from runtime.spark.kafka_source import KafkaStreamReader, write_gather
 from tests.fixtures.kafka_io import produce, read_all, values
 from tests.fixtures.sharing import wait_sink
 from tests.fixtures.streams import expect_a, expect_b, flow_a, flow_b, multiset, urban_records
@@ -57,3 +59,33 @@ def test_a_query_holds_its_input_for_its_sinks_delay_until_an_output_without_one
     # and holds again once it leaves
     manager.remove(b.id)
     assert query.metrics()["gather_s"] == 30.0 and query.gather_file.exists()
+
+
+class Reader(KafkaStreamReader):
+    """The ``sana_kafka`` reader with the broker's end offsets given by the test."""
+
+    def __init__(self, options: dict[str, str], ends: dict[str, dict[str, int]]) -> None:
+        super().__init__(options)
+        self.ends = ends
+
+    def _ends(self) -> dict[str, dict[str, int]]:
+        return {topic: {str(p): o for p, o in parts.items()} for topic, parts in self.ends.items()}
+
+
+def test_the_reader_holds_between_batches_but_not_its_first_nor_while_a_cut_bounds_it(tmp_path):
+    gather, bound = tmp_path / "gather.json", tmp_path / "bound.json"
+    options = {"bootstrap": "unused:9092", "topics": json.dumps({"t": {"0": 0}}), "gather_file": str(gather),
+               "bound_file": str(bound)}
+    reader = Reader(options, {"t": {0: 10}})
+    write_gather(gather, 30.0)
+    first = reader.latestOffset(None)
+    assert first == {"t": {"0": 10}}, "a reader's first batch is never held"
+    reader.ends = {"t": {0: 25}}
+    assert reader.latestOffset(first) == {"t": {"0": 10}}, "the next records wait for the delay"
+    bound.write_text("{}")  # a cut over queries reading only taps: an empty bound still bounds the query
+    assert reader.latestOffset(first) == {"t": {"0": 25}}
+    bound.unlink()
+    reader.ends = {"t": {0: 40}}
+    assert reader.latestOffset({"t": {"0": 25}}) == {"t": {"0": 25}}
+    write_gather(gather, 0.0)
+    assert not gather.exists() and reader.latestOffset({"t": {"0": 25}}) == {"t": {"0": 40}}
