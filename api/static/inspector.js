@@ -354,7 +354,11 @@ function lagCell(fragment) {
   const lag = fragment.source_lag || {};
   if (fragment.status !== "running") return el("td", { class: "num lag muted", title: "its query is down: no lag is measured" }, "—");
   if (!Object.keys(lag).length) return el("td", { class: "num lag muted", title: "no progress reported yet" }, "–");
-  return el("td", { class: "num lag", title: lagTitle(lag) }, totalLag(lag));
+  const held = Number(fragment.gather_s) || 0;
+  if (!held) return el("td", { class: "num lag", title: lagTitle(lag) }, totalLag(lag));
+  // records its query holds on purpose (its sinks' max_delay) are lag by count, not a query falling behind
+  return el("td", { class: "num lag", title: `${lagTitle(lag)}\nits query holds records up to ${held} s for fewer, larger batches (its sinks' max_delay)` },
+    totalLag(lag), el("span", { class: "held muted" }, ` held ≤${held} s`));
 }
 
 // Running; stalled (its query down or restarting, with Spark's error); or running with tasks quarantined at run time.

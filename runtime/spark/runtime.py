@@ -323,6 +323,7 @@ class SparkRuntime:
                 "processed_rows_per_s": metrics.get("processed_rows_per_s"),
                 "batch_duration_ms": metrics.get("batch_duration_ms"),
                 "source_lag": metrics.get("source_lag", {}),
+                "gather_s": metrics.get("gather_s", 0.0),
                 "state_rows": sum(value["state_rows"] for value in keyed.values()),
                 "keyed_operators": keyed,
             }

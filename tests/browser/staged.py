@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runtime.dryrun import DryRunRuntime
+from runtime.operators.fields import duration_ms
 from runtime.plan import Change, TaskSpec
 from runtime.quarantine import TaskFailure
 
@@ -98,7 +99,13 @@ class StagedRuntime(DryRunRuntime):
             return {**metrics, "input_rows_per_s": None, "processed_rows_per_s": None, "batch_duration_ms": None,
                     "source_lag": {}}
         return {**metrics, "input_rows_per_s": round(rate, 1), "processed_rows_per_s": round(rate * 1.08, 1),
-                "batch_duration_ms": int(_spread(fragment, 180, 1400)), "source_lag": lag}
+                "batch_duration_ms": int(_spread(fragment, 180, 1400)), "source_lag": lag,
+                "gather_s": self._gather_s(tasks)}
+
+    def _gather_s(self, tasks: list[str]) -> float:
+        """As the Spark runtime says of a query: the least delay its sinks allow, if each gives one (else 0)."""
+        delays = [self.specs[task].config.get("max_delay") for task in tasks if self.specs[task].type == "sink"]
+        return min(duration_ms(delay) for delay in delays) / 1000 if delays and all(delays) else 0.0
 
     def failures(self) -> dict[str, TaskFailure]:
         return {task: failure for task, failure in self.failed.items() if task in self.specs}

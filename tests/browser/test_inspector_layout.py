@@ -165,7 +165,11 @@ def test_stalled_and_failed_work_and_sparse_operators_show_what_they_are(service
     expect(stalled.locator("td.lag")).to_have_text("—")
     failed = fragment("df-3", "predict")  # a task quarantined; its query runs on and its lag is measured
     expect(failed.locator("td.status")).to_have_text("failed: df-3/predict")
-    expect(failed.locator("td.lag")).to_have_text(re.compile(r"^\d+$"))
+    # its sink allows 10 s of delay (the examples' max_delay): what its query holds on purpose is said
+    expect(failed.locator("td.lag")).to_have_text(re.compile(r"^\d+ held ≤10 s$"))
+    expect(failed.locator("td.lag")).to_have_attribute("title", re.compile("holds records up to 10 s .* max_delay"))
+    alerts = fragment("df-6", "alerts_for_the_north_district_operations_team_and_the_engineers")
+    expect(alerts.locator("td.lag")).to_have_text(re.compile(r"^\d+$"))  # a sink without a delay: nothing held
     expect(page.locator("tr[data-id='df-3'] td.cost")).to_have_text("failed (predict)")
     expect(page.locator("tr[data-id='df-4'] td.cost")).to_have_text("stalled")
 
