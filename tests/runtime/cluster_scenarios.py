@@ -2,8 +2,9 @@
 
 A process has one SparkContext, and the test session's is local; so each
 scenario runs here, in a child started with the cluster's master URL, and
-exits 0 only if everything it checks holds (an AssertionError otherwise). The
-last line it prints is a JSON summary the test checks too.
+exits 0 only if everything it checks holds (an AssertionError otherwise). It
+writes a JSON summary to DIR/scenario-result.json (and prints it), which the
+test checks too.
 
     python -m tests.runtime.cluster_scenarios NAME --master spark://... --bootstrap HOST:PORT \\
         --redis-url redis://... --prefix PREFIX --dir DIR [--kill-pid PID]
@@ -131,6 +132,8 @@ def kill_worker(args: argparse.Namespace) -> dict[str, Any]:
         manager.close()
 
 
+RESULT_FILE = "scenario-result.json"  # in --dir: what run_scenario reads
+
 SCENARIOS = {"sharing": sharing, "reshape": reshape, "kill_worker": kill_worker}
 
 
@@ -145,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-pid", type=int, default=0)
     args = parser.parse_args(argv)
     result = SCENARIOS[args.scenario](args)
+    # in a file of its own: Spark's JVM logs to the same stdout while it stops, even inside a printed line
+    (args.dir / RESULT_FILE).write_text(json.dumps(result))
     print(json.dumps(result), flush=True)
     return 0
 

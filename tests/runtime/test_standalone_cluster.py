@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from runtime.spark.standalone import StandaloneCluster
+from tests.runtime.cluster_scenarios import RESULT_FILE
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
 
@@ -47,10 +48,10 @@ def run_scenario(name: str, cluster: StandaloneCluster, kafka_bootstrap: str, tm
         if keys:
             client.delete(*keys)
     assert done.returncode == 0, f"scenario {name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
-    # the scenario prints its result as one JSON line; Spark's JVM may still log to stdout after it while it stops
-    results = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    assert results, f"scenario {name} printed no result:\n{done.stdout[-2000:]}"
-    return json.loads(results[-1])
+    # the scenario writes its result to a file: Spark's JVM logs to the stdout they share, once inside its line
+    result = tmp_path / RESULT_FILE
+    assert result.exists(), f"scenario {name} wrote no result:\n{done.stdout[-2000:]}"
+    return json.loads(result.read_text())
 
 
 def test_overlapping_dataflows_share_work_with_executors_in_the_workers(cluster, kafka_bootstrap, tmp_path):
