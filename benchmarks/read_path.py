@@ -98,7 +98,7 @@ def _fill(rows: int):
         table = record_table(rows, 1, seed=1)
         table = table.set_column(0, "topic", pa.array([topic] * rows, pa.string()))
         producer = BatchProducer(bootstrap)
-        producer.sendrecord_table(table, [("sana.writer", b"q-read-path"), ("sana.run", b"r1"), ("sana.batch", b"7")])
+        producer.send_table(table, [("sana.writer", b"q-read-path"), ("sana.run", b"r1"), ("sana.batch", b"7")])
         producer.close()
         return ["--topic", topic]
     return prepare
