@@ -20,6 +20,10 @@ several queries crosses a link that a query's own reader would have avoided, and
 
     .venv/bin/python -m benchmarks.wan_behind benchmarks/results/wan-families-buffered-weighing.json \\
         --json benchmarks/results/wan-behind.json
+    .venv/bin/python -m benchmarks.wan_behind benchmarks/results/wan-families-2026-11-28-regions-buffered.json --latency
+
+``--latency`` lists instead the cases of equal throughput where Sana's mean latency is over 1.1x a baseline's,
+with both latencies and the tasks each runs (issue 33's latency criterion).
 """
 
 from __future__ import annotations
@@ -73,6 +77,22 @@ def replay(case: dict[str, Any], baseline: str, decoupled: bool, weigh_buffered:
             "losing_queries": [{"name": name, "rps_less": round(less, 1)} for less, name in losing[:5]], "cause": cause}
 
 
+def slower(case: dict[str, Any], baseline: str, decoupled: bool, weigh_buffered: bool) -> dict[str, Any]:
+    """A case where Sana delivers as much as ``baseline`` but its mean latency is over 1.1x: both latencies, and
+    the tasks each runs. Where the baseline runs more tasks, its lower latency is bought by running work twice
+    (NET's private readers and chains); where as many, the two placed them differently."""
+    document = scenario(case)
+    options = replace(SANA, buffered_hops=True) if weigh_buffered else "sana"
+    results = {name: simulate(parse_scenario(document), policy, decoupled).summary()
+               for name, policy in (("sana", options), (baseline, baseline))}
+    mine, theirs = results["sana"], results[baseline]
+    return {"case": {key: case[key] for key in CASE_KEYS if key in case}, "where": where(case), "baseline": baseline,
+            "latency_ms": [mine["mean_latency_ms"], theirs["mean_latency_ms"]],
+            "latency_ratio": round(mine["mean_latency_ms"] / theirs["mean_latency_ms"], 3),
+            "running_tasks": [mine["running_tasks"], theirs["running_tasks"]],
+            "more_tasks_pct": round(100.0 * (theirs["running_tasks"] / mine["running_tasks"] - 1.0), 1)}
+
+
 def _decision(weighing: Weighing | None) -> dict[str, Any]:
     """A query's weighing: the plan kept, on which criterion, whether it is the plan taking every share, what the
     kept plan delivered then over the plan taking every share, and what the private plan delivered over the better
@@ -94,9 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, help="a benchmarks.wan_families --json file")
     parser.add_argument("--json", type=Path, help="write every case's trace here")
+    parser.add_argument("--latency", action="store_true",
+                        help="the cases of equal throughput where Sana's mean latency is over 1.1x a baseline's instead")
     args = parser.parse_args(argv)
     results = json.loads(args.results.read_text())
     decoupled, weigh_buffered = results.get("hops") == "buffered", results.get("weigh") == "buffered"  # older files: the paper's
+    if args.latency:
+        return _latency_report(results, decoupled, weigh_buffered, args.json)
     todo = []
     for row in results["rows"]:
         best = {baseline: row[baseline]["throughput_rps"] for baseline in BASELINES}
@@ -122,6 +146,25 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"traced": len(traces), "causes": counts}))
     if args.json:
         args.json.write_text(json.dumps({"source": str(args.results), "causes": counts, "traces": traces}, indent=1) + "\n")
+    return 0
+
+
+def _latency_report(results: dict[str, Any], decoupled: bool, weigh_buffered: bool, out: Path | None) -> int:
+    """``--latency``: every case of tied throughput (within 0.1 %, as :mod:`benchmarks.wan_families` counts) where
+    Sana's mean latency is over 1.1x a baseline's, with the tasks each runs."""
+    cases = []
+    for row in results["rows"]:
+        for baseline in BASELINES:
+            mine, theirs = row["sana"], row[baseline]
+            tie = abs(mine["throughput_rps"] - theirs["throughput_rps"]) <= 1e-3 * max(theirs["throughput_rps"], 1e-9)
+            if tie and mine["mean_latency_ms"] > 1.1 * theirs["mean_latency_ms"]:
+                cases.append(slower(row, baseline, decoupled, weigh_buffered))
+    for item in cases:
+        print(f"{item['where']} vs {item['baseline']}: latency {item['latency_ms'][0]:.1f} / {item['latency_ms'][1]:.1f} ms "
+              f"({item['latency_ratio']:.2f}x), tasks {item['running_tasks'][0]} / {item['running_tasks'][1]} "
+              f"({item['more_tasks_pct']:+.0f} %)")
+    if out:
+        out.write_text(json.dumps({"source": "latency over 1.1x at equal throughput", "cases": cases}, indent=1) + "\n")
     return 0
 
 

@@ -72,3 +72,13 @@ def test_a_case_behind_max_share_is_traced_to_the_copy_kept_before_it():
     assert first["over_every_share_pct"] > 0 and trace["first_behind_after_query"] == 3 and trace["cause"] == "greedy refusal"
     assert trace["totals_rps"][0][0] == trace["totals_rps"][0][1]
     assert trace["behind_pct"] < 0 and trace["losing_queries"]
+
+
+def test_a_case_slower_than_net_at_equal_throughput_is_one_where_net_runs_more_tasks():
+    """heterogeneous, seed 4, links x1 (bandwidth to spare), 4 queries: both deliver every record; NET's private
+    readers and chains are faster by over a tenth, and it runs far more tasks for it (issue 33's latency cases)."""
+    case = {"family": "heterogeneous", "seed": 4, "scale": 1.0, "share": 0.25, "queries": 4}
+    found = wan_behind.slower(case, "net", decoupled=True, weigh_buffered=True)
+    assert found["latency_ratio"] > 1.1 and found["latency_ms"][0] > found["latency_ms"][1]
+    sana_tasks, net_tasks = found["running_tasks"]
+    assert net_tasks > 1.5 * sana_tasks and found["more_tasks_pct"] > 50
