@@ -248,14 +248,35 @@ class _Ahead:
 # per worker and broker address: the position a slice left its consumer at (a worker runs one task at a time)
 _AHEAD: dict[str, _Ahead] = {}
 
+# A slice's consumer stays assigned for the next slice only when at least this many records wait past where it
+# stopped (a backlog: it goes on fetching them, or its queue is full). Otherwise it is unassigned: a consumer
+# assigned at the end of a partition asks the broker for more every fetch.wait.max.ms until the next batch,
+# all the time a query waits for its trigger (0.009 cores of the embedded broker's each, measured; more on the
+# durable broker, which asks its object store), and what little it would fetch ahead is fetched again.
+KEEP_AHEAD_RECORDS = 1000
+
+
+def _backlog(consumer, left: _Ahead) -> int:
+    """Records the broker said (in its last fetch response) lie past where the slice left the consumer; 0 when
+    it said nothing yet."""
+    from runtime.broker.rdkafka import KafkaException, TopicPartition
+
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(left.topic, left.partition), cached=True)
+    except KafkaException:  # no cached answer: as caught up (the next slice assigns afresh)
+        return 0
+    return max(0, high - left.fetched_to) if high is not None and high >= 0 else 0
+
 
 def read_slice(bootstrap: str, part: KafkaSlice, remote: bool = False) -> Iterator[pa.RecordBatch]:
     """Yield the records of offsets ``[start, end)`` as Arrow batches ``(topic, value, origin)``.
 
-    A consumer fetches ahead of what it is asked for. When the next slice a worker reads continues the last
-    one (the same partition, from where it ended: a query's next batch), the consumer keeps its assignment
-    and what it fetched ahead is used, not fetched again: over a slow link (``routes``) that is most of the
-    bandwidth a lagging reader would otherwise waste. A slice whose consumer returned records past its end
+    A consumer fetches ahead of what it is asked for. When at least :data:`KEEP_AHEAD_RECORDS` records lie
+    past a slice (a reader behind) and the next slice a worker reads continues it (the same partition, from
+    where it ended: a query's next batch), the consumer keeps its assignment and what it fetched ahead is used,
+    not fetched again: over a slow link (``routes``) that is most of the bandwidth a lagging reader would
+    otherwise waste. A reader that has caught up is unassigned instead, so it does not poll the broker while
+    its query waits for the next trigger. A slice whose consumer returned records past its end
     (offsets skipped inside it) leaves its consumer ahead of the next slice, which is then assigned afresh.
     """
     from runtime.broker.rdkafka import KafkaException, TopicPartition
@@ -294,7 +315,11 @@ def read_slice(bootstrap: str, part: KafkaSlice, remote: bool = False) -> Iterat
                 raise TimeoutError(
                     f"{part.topic}[{part.partition}]: no progress at offset {position} of {part.end} for {READ_STALL_S:.0f} s"
                 )
-        _AHEAD[bootstrap] = _Ahead(part.topic, part.partition, max(fetched_to, part.end))
+        left = _Ahead(part.topic, part.partition, max(fetched_to, part.end))
+        if _backlog(consumer, left) >= KEEP_AHEAD_RECORDS:
+            _AHEAD[bootstrap] = left
+        else:
+            consumer.unassign()
     except KafkaException:
         _drop_client(_CONSUMERS, bootstrap)
         raise

@@ -1,5 +1,6 @@
 """The source reader's slices on the real broker: what a consumer fetched past one slice serves the next slice
-(no new assignment, nothing fetched twice), and any other order still reads each slice exactly."""
+(no new assignment, nothing fetched twice) while a backlog waits, a consumer that caught up is unassigned, and
+any other order still reads each slice exactly."""
 
 from __future__ import annotations
 
@@ -20,17 +21,31 @@ def ids(bootstrap: str, topic: str, start: int, end: int, partition: int = 0) ->
     return [json.loads(value)["i"] for batch in batches for value in batch.column("value").to_pylist()]
 
 
-def test_the_next_slice_continues_from_what_was_fetched_ahead(kafka_bootstrap, topic_factory):
+def test_the_next_slice_continues_from_what_was_fetched_ahead(kafka_bootstrap, topic_factory, monkeypatch):
+    monkeypatch.setattr(kafka_source, "KEEP_AHEAD_RECORDS", 150)
     topic = topic_factory("ahead")
     produce(kafka_bootstrap, topic, ({"i": i} for i in range(300)))
     assert ids(kafka_bootstrap, topic, 0, 100) == list(range(100))
     ahead = kafka_source._AHEAD[kafka_bootstrap]
-    # the consumer stays assigned at offset 100; what it fetched past it waits in its queue for the next slice
+    # 200 records wait past offset 100: the consumer stays assigned there, what it fetched ahead queued for the next slice
     assert (ahead.topic, ahead.partition, ahead.fetched_to) == (topic, 0, 100)
     assert ahead.continues(KafkaSlice(topic, 0, 100, 200)) and not ahead.continues(KafkaSlice(topic, 0, 50, 200))
     assert ids(kafka_bootstrap, topic, 100, 180) == list(range(100, 180))
+    # 120 wait past 180, under the threshold: unassigned, and the next slice is assigned afresh
+    assert kafka_bootstrap not in kafka_source._AHEAD
     produce(kafka_bootstrap, topic, ({"i": i} for i in range(300, 350)))  # records written after the fetch ahead
     assert ids(kafka_bootstrap, topic, 180, 350) == list(range(180, 350))
+
+
+def test_a_consumer_that_caught_up_is_unassigned_and_stops_asking_the_broker(kafka_bootstrap, topic_factory):
+    """At a partition's end an assigned consumer would fetch every fetch.wait.max.ms until the next batch."""
+    topic = topic_factory("caught-up")
+    produce(kafka_bootstrap, topic, ({"i": i} for i in range(40)))
+    assert ids(kafka_bootstrap, topic, 0, 40) == list(range(40))
+    assert kafka_bootstrap not in kafka_source._AHEAD
+    assert kafka_source._CONSUMERS[kafka_bootstrap].assignment() == []
+    produce(kafka_bootstrap, topic, ({"i": i} for i in range(40, 60)))
+    assert ids(kafka_bootstrap, topic, 40, 60) == list(range(40, 60)), "the next batch's slice, assigned afresh"
 
 
 def test_a_replayed_or_interleaved_slice_is_read_from_its_own_start(kafka_bootstrap, topic_factory):
