@@ -18,6 +18,7 @@ dataflows with containment on and off (in process, Manager + DryRunRuntime on th
     .venv/bin/python -m benchmarks.containment --real 10     # the real runtime: cores, containment off then on
     .venv/bin/python -m benchmarks.containment --real 6 --real-workload dashboards --rate 500
     .venv/bin/python -m benchmarks.containment --real 6 --real-workload sliding --rate 500
+    .venv/bin/python -m benchmarks.containment --real 6 --real-workload dashboards --rate 500 --bound   # + the widest alone
     .venv/bin/python -m benchmarks.containment --report      # tables into docs/containment.md, docs/img/containment.png
 """
 
@@ -242,19 +243,29 @@ def _dashboard_aggregates(index: int) -> dict[str, str]:
 
 
 def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float, kind: str = "variants",
-         rate: float = RATE) -> list[dict[str, Any]]:
+         rate: float = RATE, bound: bool = False, max_delay_s: int = 0) -> list[dict[str, Any]]:
     """``count`` dataflows of the workload (``kind`` ``variants``, dense), the six :func:`dashboards` or the six
     :func:`sliding_dashboards` on ``sana up`` (local Spark, its broker), containment off then on: the cores of the
-    whole process tree once all run, with the source producing at ``rate`` records/s."""
+    whole process tree once all run, with the source producing at ``rate`` records/s.
+
+    ``bound`` (dashboards only) adds a third run, ``widest-only``: the first dashboard alone, the one every other
+    rolls up. No containment can cost less than it, since a rolled-up dashboard still writes its own sink: one
+    minus its cores over exact sharing's bounds what containment can save on the workload. ``max_delay_s``
+    gives every sink that ``max_delay`` (a dashboard refreshed every few seconds needs no batch a second)."""
     from benchmarks.reuse_real import RealService
 
+    if bound and kind == "variants":
+        raise SystemExit("--bound: the dashboards workloads only (the variants have no single widest dataflow)")
     rows = []
-    for containment in (False, True):
-        label = "containment" if containment else "exact"
+    for containment, label in ((False, "exact"), (True, "containment"), *(((False, "widest-only"),) if bound else ())):
         rng = random.Random(seed)
         documents = dashboards(f"real-{label}") if kind == "dashboards" else \
             sliding_dashboards(f"real-{label}") if kind == "sliding" else \
             [workload(rng, index, f"real-{label}", dense=True) for index in range(count)]
+        if label == "widest-only":
+            documents = documents[:1]
+        if max_delay_s:
+            documents = [with_max_delay(document, max_delay_s) for document in documents]
         count = len(documents)
         service = RealService(run_dir / label, sharing=True, redis_url=REDIS_URL, records=record_maker, rate=rate,
                               settle_s=settle_s, measure_s=measure_s, containment=containment, keyed_workers=2)
@@ -271,7 +282,7 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
             sinks = service.check_sinks()
         finally:
             service.close()
-        row = {"variant": label, "workload": kind, "dataflows": count, "rate_per_stream": rate,
+        row = {"variant": label, "workload": kind, "dataflows": count, "rate_per_stream": rate, "max_delay_s": max_delay_s,
                "produced_per_s": round(input_rps, 1), "cores": measured["cores"],
                "measured_s": measured["measured_s"], "batches_measured": measured["batches_measured"],
                "cpu_s_per_batch": measured["cpu_s_per_batch"], "running_tasks": measured["running_tasks"],
@@ -280,6 +291,16 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
         print(json.dumps({key: value for key, value in row.items() if key != "sinks"}), file=sys.stderr, flush=True)
         rows.append(row)
     return rows
+
+
+def with_max_delay(document: dict[str, Any], seconds: int) -> dict[str, Any]:
+    """``document`` with every sink allowing ``seconds`` of delay.
+
+    >>> with_max_delay({"tasks": [{"id": "o", "type": "sink", "config": {"topic": "t"}}]}, 10)["tasks"][0]["config"]
+    {'topic': 't', 'max_delay': '10 seconds'}
+    """
+    return {**document, "tasks": [{**task, "config": {**task["config"], "max_delay": f"{seconds} seconds"}}
+                                  if task["type"] == "sink" else task for task in document["tasks"]]}
 
 
 def keyed_batches(queries: list[dict[str, Any]]) -> dict[str, int]:
@@ -379,6 +400,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run N dataflows of the workload on the real runtime, containment off then on")
     parser.add_argument("--real-workload", choices=["variants", "dashboards", "sliding"], default="variants")
     parser.add_argument("--rate", type=float, default=RATE, help="records/s per stream in the real-runtime run")
+    parser.add_argument("--max-delay", type=int, default=0, metavar="S",
+                        help="real runtime: every sink allows S seconds of delay (its max_delay)")
+    parser.add_argument("--bound", action="store_true",
+                        help="real dashboards: also run the widest dashboard alone (what containment can save at most)")
     parser.add_argument("--run-dir", type=Path, default=Path(".sana/bench-containment"))
     parser.add_argument("--settle-s", type=float, default=30.0)
     parser.add_argument("--measure-s", type=float, default=60.0)
@@ -389,8 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         print(report(args.out, Path("docs/containment.md"), Path("docs/img/containment.png")))
         return 0
     if args.real:
-        rows = real(args.real, args.seed, args.run_dir, args.settle_s, args.measure_s, args.real_workload, args.rate)
+        rows = real(args.real, args.seed, args.run_dir, args.settle_s, args.measure_s, args.real_workload, args.rate,
+                    args.bound, args.max_delay)
         suffix = "-real" if args.real_workload == "variants" else f"-real-{args.real_workload}"
+        suffix += ("-bound" if args.bound else "") + (f"-delay-{args.max_delay}s" if args.max_delay else "")
         path = args.out.with_name(args.out.stem + suffix + ".json")
         path.write_text(json.dumps(rows, indent=2) + "\n")
         print(f"wrote {path}", file=sys.stderr)

@@ -36,3 +36,18 @@ def test_keyed_batches_counts_each_operators_batches_and_its_idle_ones():
     queries = [{"batches": 10, "state": {"operators": {"w1": {"idle_batches": 0}, "w2": {"idle_batches": 9}}}},
                {"batches": 4, "state": {"operators": {}}}]
     assert containment.keyed_batches(queries) == {"batches": 14, "keyed_batches": 20, "keyed_idle_batches": 9}
+
+
+def test_docstring_examples():
+    import doctest
+
+    assert doctest.testmod(containment).failed == 0
+
+
+def test_dashboards_given_a_max_delay_stay_valid_dataflows():
+    for document in containment.dashboards("t"):
+        delayed = containment.with_max_delay(document, 10)
+        parse_dataflow(delayed)
+        (sink,) = [task for task in delayed["tasks"] if task["type"] == "sink"]
+        assert sink["config"]["max_delay"] == "10 seconds"
+        assert [task["id"] for task in delayed["tasks"]] == [task["id"] for task in document["tasks"]]
