@@ -15,7 +15,8 @@ values into Arrow from their bytes) reading origins, as for another query's
 output; ``librdkafka-values-only`` the same without origins, as for a source
 topic; ``kafka-python`` is the path it replaced, a kafka-python consumer
 decoding every value and origin to a str (kept here as the baseline, with its
-CRC-32C in C).
+CRC-32C in C). ``--variants kafkarrow`` (after ``pip install kafkarrow``) reads the same records
+with a Rust client that returns Arrow batches, for comparison only (issue 31's floor, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -71,9 +72,28 @@ def _librdkafka_read(bootstrap: str, topic: str, end: int, origins: bool = True)
     return batches
 
 
+def _kafkarrow_read(bootstrap: str, topic: str, end: int):
+    """kafkarrow (a Rust client built on librdkafka that hands records over as Arrow batches; not a dependency:
+    ``pip install kafkarrow``). It starts where a policy says (here the earliest offset), not at an offset, and
+    reads no headers, so it cannot serve a slice; it shows what a read costs without a Python object per message."""
+    from kafkarrow import ConsumerManager, SourceTopic
+
+    manager = ConsumerManager(config={"bootstrap.servers": bootstrap, "group.id": "sana-read-path"},
+                              topics=[SourceTopic.from_earliest(topic)])
+    records = batches = 0
+    deadline = time.monotonic() + 120
+    while records < end:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"kafkarrow read {records} of {end} records of {topic} in 120 s")
+        batch = manager.poll(timeout_ms=200)
+        records, batches = records + batch.num_rows, batches + (batch.num_rows > 0)
+    return batches
+
+
 def _child(variant: str, bootstrap: str, broker_pid: int, topic: str, rows: int) -> dict[str, float]:
     read = {"kafka-python": _kafka_python_read, "librdkafka": _librdkafka_read,
-            "librdkafka-values-only": lambda *args: _librdkafka_read(*args, origins=False)}[variant]
+            "librdkafka-values-only": lambda *args: _librdkafka_read(*args, origins=False),
+            "kafkarrow": _kafkarrow_read}[variant]
     read(bootstrap, topic, min(rows, 1000))  # warm up: imports, connections, metadata
     began, own, broker = time.perf_counter(), process_cpu_s(), process_cpu_s(broker_pid)
     batches = read(bootstrap, topic, rows)
@@ -108,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated, of {', '.join(VARIANTS)} and kafkarrow (pip install kafkarrow first)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/read_path.json"))
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", default=None, help=argparse.SUPPRESS)
@@ -118,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_child(args.child, args.bootstrap, args.broker_pid, args.topic, args.rows)))
         return 0
 
-    runs = on_embedded_broker("benchmarks.read_path", VARIANTS, args.rounds, ["--rows", str(args.rows)],
+    runs = on_embedded_broker("benchmarks.read_path", tuple(args.variants.split(",")), args.rounds, ["--rows", str(args.rows)],
                               prepare=_fill(args.rows))
     keys = ("python_us_per_record", "broker_us_per_record", "records_per_s")
     table = {variant: {key: median(run[key] for run in results) for key in keys} for variant, results in runs.items()}
