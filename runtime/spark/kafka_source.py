@@ -252,7 +252,8 @@ _AHEAD: dict[str, _Ahead] = {}
 # stopped (a backlog: it goes on fetching them, or its queue is full). Otherwise it is unassigned: a consumer
 # assigned at the end of a partition asks the broker for more every fetch.wait.max.ms until the next batch,
 # all the time a query waits for its trigger (0.009 cores of the embedded broker's each, measured; more on the
-# durable broker, which asks its object store), and what little it would fetch ahead is fetched again.
+# durable broker, which asks its object store), and what little it would fetch ahead is fetched again. A read
+# over a link is unassigned only when nothing at all waits: there what was fetched ahead is the link's bandwidth.
 KEEP_AHEAD_RECORDS = 1000
 
 
@@ -316,7 +317,7 @@ def read_slice(bootstrap: str, part: KafkaSlice, remote: bool = False) -> Iterat
                     f"{part.topic}[{part.partition}]: no progress at offset {position} of {part.end} for {READ_STALL_S:.0f} s"
                 )
         left = _Ahead(part.topic, part.partition, max(fetched_to, part.end))
-        if _backlog(consumer, left) >= KEEP_AHEAD_RECORDS:
+        if _backlog(consumer, left) >= (1 if remote else KEEP_AHEAD_RECORDS):
             _AHEAD[bootstrap] = left
         else:
             consumer.unassign()

@@ -75,3 +75,20 @@ def test_a_link_consumer_left_unused_is_closed_at_the_next_read(kafka_bootstrap,
     kafka_source._REMOTE_USED[gone] -= kafka_source.REMOTE_IDLE_S + 1  # as if last used two minutes ago
     assert ids(kafka_bootstrap, topic, 0, 5) == list(range(5))
     assert gone not in kafka_source._CONSUMERS and gone not in kafka_source._REMOTE_USED
+
+
+def test_a_read_over_a_link_keeps_what_it_fetched_ahead_until_nothing_waits(kafka_bootstrap, topic_factory):
+    """Over a link what was fetched ahead is the link's bandwidth: a small backlog keeps the consumer assigned."""
+    topic = topic_factory("link")
+    produce(kafka_bootstrap, topic, ({"i": i} for i in range(300)))
+
+    def read(start: int, end: int) -> list[int]:
+        batches = read_slice(kafka_bootstrap, KafkaSlice(topic, 0, start, end, origins=False), remote=True)
+        return [json.loads(value)["i"] for batch in batches for value in batch.column("value").to_pylist()]
+
+    assert read(0, 100) == list(range(100))
+    assert kafka_source._AHEAD[kafka_bootstrap].fetched_to == 100  # 200 wait, under KEEP_AHEAD_RECORDS: kept
+    assert read(100, 300) == list(range(100, 300))
+    assert kafka_bootstrap not in kafka_source._AHEAD  # caught up: unassigned
+    kafka_source._REMOTE_USED.pop(kafka_bootstrap, None)
+    kafka_source._drop_client(kafka_source._CONSUMERS, kafka_bootstrap)
