@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.measure import Progress
-from benchmarks.wan_families import BASELINES, scenario, where
+from benchmarks.wan_families import BASELINES, latency_ratio_at_equal_throughput, scenario, where
 from planning.model import SANA, Weighing
 from wan_sim.scenario import parse_scenario
 from wan_sim.simulate import simulate
@@ -155,9 +155,7 @@ def _latency_report(results: dict[str, Any], decoupled: bool, weigh_buffered: bo
     cases = []
     for row in results["rows"]:
         for baseline in BASELINES:
-            mine, theirs = row["sana"], row[baseline]
-            tie = abs(mine["throughput_rps"] - theirs["throughput_rps"]) <= 1e-3 * max(theirs["throughput_rps"], 1e-9)
-            if tie and mine["mean_latency_ms"] > 1.1 * theirs["mean_latency_ms"]:
+            if (latency_ratio_at_equal_throughput(row, baseline) or 0.0) > 1.1:
                 cases.append(slower(row, baseline, decoupled, weigh_buffered))
     for item in cases:
         print(f"{item['where']} vs {item['baseline']}: latency {item['latency_ms'][0]:.1f} / {item['latency_ms'][1]:.1f} ms "

@@ -258,8 +258,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 behind.append(f"{where(row)}: {100.0 * (ratio - 1.0):+.1f} %")
             if ratio < worst:
                 worst, worst_case = ratio, row
-            if abs(ratio - 1.0) <= 1e-3:
-                latency = row["sana"]["mean_latency_ms"] / max(row[baseline]["mean_latency_ms"], 1e-9)
+            latency = latency_ratio_at_equal_throughput(row, baseline)
+            if latency is not None:
                 latency_worse += latency > 1.1
                 if latency > worst_latency:
                     worst_latency, worst_latency_case = latency, row
@@ -269,6 +269,19 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                             "worst_latency_ratio_where_throughput_ties": round(worst_latency, 2),
                             "worst_latency_case": where(worst_latency_case), "behind_cases": behind}
     return result
+
+
+def latency_ratio_at_equal_throughput(row: dict[str, Any], baseline: str) -> float | None:
+    """Sana's mean latency over ``baseline``'s in a case where their throughputs tie (within 0.1 %), else None.
+
+    >>> row = {"sana": {"throughput_rps": 100.0, "mean_latency_ms": 120.0}, "net": {"throughput_rps": 100.05, "mean_latency_ms": 100.0}}
+    >>> latency_ratio_at_equal_throughput(row, "net")
+    1.2
+    """
+    sana, other = row["sana"]["throughput_rps"], row[baseline]["throughput_rps"]
+    if abs((sana / other if other else 1.0) - 1.0) > 1e-3:
+        return None
+    return row["sana"]["mean_latency_ms"] / max(row[baseline]["mean_latency_ms"], 1e-9)
 
 
 def where(row: dict[str, Any] | None) -> str | None:
