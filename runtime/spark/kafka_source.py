@@ -251,8 +251,8 @@ _AHEAD: dict[str, _Ahead] = {}
 # A slice's consumer stays assigned for the next slice only when at least this many records wait past where it
 # stopped (a backlog: it goes on fetching them, or its queue is full). Otherwise it is unassigned: a consumer
 # assigned at the end of a partition asks the broker for more every fetch.wait.max.ms until the next batch,
-# all the time a query waits for its trigger (0.009 cores of the embedded broker's each, measured; more on the
-# durable broker, which asks its object store), and what little it would fetch ahead is fetched again. A read
+# all the time a query waits for its trigger (0.009 cores of the in-memory broker's each, measured; the durable
+# broker's not measured apart), and what little it would fetch ahead is fetched again. A read
 # over a link is unassigned only when nothing at all waits: there what was fetched ahead is the link's bandwidth.
 KEEP_AHEAD_RECORDS = 1000
 
