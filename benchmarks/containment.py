@@ -257,7 +257,8 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
     if bound and kind == "variants":
         raise SystemExit("--bound: the dashboards workloads only (the variants have no single widest dataflow)")
     rows = []
-    for containment, label in ((False, "exact"), (True, "containment"), *(((False, "widest-only"),) if bound else ())):
+    runs = [(False, "exact"), (True, "containment")] + ([(False, "widest-only")] if bound else [])
+    for containment, label in runs:
         rng = random.Random(seed)
         documents = dashboards(f"real-{label}") if kind == "dashboards" else \
             sliding_dashboards(f"real-{label}") if kind == "sliding" else \
