@@ -306,18 +306,20 @@ def with_max_delay(document: dict[str, Any], seconds: int) -> dict[str, Any]:
 
 def keyed_batches(queries: list[dict[str, Any]]) -> dict[str, int]:
     """The queries' batches (``GET /runtime/queries``) and, summed over their keyed operators, the batches run and
-    those skipped as idle.
+    those skipped as idle, and the operators that ran in another's worker tasks (a roll-up in its window's).
 
-    >>> keyed_batches([{"batches": 10, "state": {"operators": {"w1": {"idle_batches": 0}, "w2": {"idle_batches": 9}}}}])
-    {'batches': 10, 'keyed_batches': 20, 'keyed_idle_batches': 9}
+    >>> keyed_batches([{"batches": 10, "state": {"operators": {"w1": {"idle_batches": 0, "fused_in": None},
+    ...                                                        "w2": {"idle_batches": 9, "fused_in": "w1"}}}}])
+    {'batches': 10, 'keyed_batches': 20, 'keyed_idle_batches': 9, 'keyed_fused': 1}
     """
-    batches = keyed = idle = 0
+    batches = keyed = idle = fused = 0
     for query in queries:
         operators = query["state"]["operators"].values()
         batches += query["batches"]
         keyed += query["batches"] * len(operators)
         idle += sum(operator.get("idle_batches", 0) for operator in operators)
-    return {"batches": batches, "keyed_batches": keyed, "keyed_idle_batches": idle}
+        fused += sum(1 for operator in operators if operator.get("fused_in"))
+    return {"batches": batches, "keyed_batches": keyed, "keyed_idle_batches": idle, "keyed_fused": fused}
 
 
 MARKERS = ("<!-- containment results -->", "<!-- end containment results -->")

@@ -32,10 +32,12 @@ def test_every_sliding_dashboard_rolls_up_the_ten_second_one():
         assert manager.stats()["containment_shares"]["window_aggregate"] == len(others) == 5
 
 
-def test_keyed_batches_counts_each_operators_batches_and_its_idle_ones():
-    queries = [{"batches": 10, "state": {"operators": {"w1": {"idle_batches": 0}, "w2": {"idle_batches": 9}}}},
-               {"batches": 4, "state": {"operators": {}}}]
-    assert containment.keyed_batches(queries) == {"batches": 14, "keyed_batches": 20, "keyed_idle_batches": 9}
+def test_keyed_batches_counts_each_operators_batches_its_idle_ones_and_the_fused():
+    queries = [{"batches": 10, "state": {"operators": {"w1": {"idle_batches": 0, "fused_in": None},
+                                                       "w2": {"idle_batches": 9, "fused_in": "w1"}}}},
+               {"batches": 4, "state": {"operators": {"w3": {"idle_batches": 1}}}}]
+    assert containment.keyed_batches(queries) == {"batches": 14, "keyed_batches": 24, "keyed_idle_batches": 10,
+                                                  "keyed_fused": 1}
 
 
 def test_docstring_examples():
