@@ -23,8 +23,16 @@ An operator with nothing to do in a batch (:meth:`KeyedOperator.idle`: a
 window whose scan found no row, so no row to take and no window to close)
 runs no Spark task: its output is an empty relation, its state stays as it
 was and its workers write no version (a worker's batch starts from its newest
-version before it, so the next batch finds the state it left). A roll-up
-reading a 10-second window's output has rows to take in one batch of ten.
+version before it, so the next batch finds the state it left).
+
+An operator that reads another's output alone can run inside the other's
+worker tasks when it says so (:meth:`KeyedOperator.fuses_into`: a window's
+roll-up, docs/containment.md): :meth:`KeyedOperator.plan_fused` runs its step
+after the other's, worker by worker, on what the other's step emitted there,
+with its own state versions and reports under its own id and the other's
+routing. The shuffle's output then carries a tag column (:data:`TAG`), and
+each operator's output is its tagged rows, merged as it merges its own. No
+second scan, shuffle or Python task runs for it.
 
 Bucket moves requested with :meth:`request_moves` are applied by the next
 batch; :meth:`wait_moved` waits until a batch that applied them completed.
@@ -47,13 +55,24 @@ from runtime.spark.frames import arrow_schema
 from runtime.operators.keyed_options import ReshapeOptions
 from runtime.spark.shuffle import (DEFAULT_WORKERS, ROWS_PER_TASK, Router, Routing, packed_tasks, partition_keys,
                                    shuffle_sql)
-from runtime.spark.worker_task import WorkerLoad, WorkerTask
+from runtime.spark.worker_task import TAG, Fused, WorkerLoad, WorkerTask
 from runtime.spark.reshape import BatchLoad, Controller, ReshapeSettings
 from runtime.spark.worker_state import WorkerStateStore
 
 
 NOT_SCANNED: Any = object()  # plan() without a scan answered by the fragment: the operator runs its own
 IDLE = "__idle__"  # in a batch's draft state: the operator had nothing to do (removed by finish())
+FUSED = "__fused__"  # in a batch's draft state: the operator it ran inside (removed by finish())
+
+
+def whole(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether a batch that moves state from routing ``old`` to ``new`` leaves every key's state and output at one
+    worker: neither splits a key over workers (Reshape's splits; a moved bucket moves whole).
+
+    >>> whole({"splits": []}, {"splits": []}), whole({"splits": [{"worker": 3, "helpers": [4]}]}, {"splits": []})
+    (True, False)
+    """
+    return not old.get("splits") and not new.get("splits")
 
 
 def max_of_each(queries: Sequence[str]) -> str:
@@ -91,6 +110,7 @@ class KeyedOperator:
         self.routing: dict[str, Any] | None = None  # the newest routing a finished batch used
         self.moved_rows = 0
         self.idle_batches = 0
+        self.fused_in: str | None = None  # the operator whose worker tasks ran the last batch, if another's
         self._applied = 0
         self._in_flight: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._moved = threading.Condition()
@@ -120,6 +140,18 @@ class KeyedOperator:
              state: Mapping[str, Any], store: WorkerStateStore, scanned: Any = NOT_SCANNED) -> tuple[DataFrame, dict[str, Any]]:
         """The operator's output for this batch (lazy) and its driver state; ``inputs``: per port, SQL relations;
         ``scanned``: the max of :meth:`scan_sql` when the fragment computed it (else the operator does)."""
+        output, draft, _, _ = self.plan_fused(session, batch_id, inputs, state, store, scanned, {})
+        return output, draft
+
+    def plan_fused(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[str]],
+                   state: Mapping[str, Any], store: WorkerStateStore, scanned: Any,
+                   fused: Mapping[str, tuple[KeyedOperator, Mapping[str, Any]]],
+                   ) -> tuple[DataFrame, dict[str, Any], dict[str, tuple[DataFrame, dict[str, Any]]], DataFrame | None]:
+        """:meth:`plan`, with ``fused`` operators (by id, with their saved driver states; each accepted by its
+        :meth:`fuses_into` this one) running in this one's worker tasks on what its step emits. Returns this
+        operator's output and draft, each fused operator's output and draft, and the shuffle's output, persisted
+        because every output reads it (None without fused operators or in an idle batch): unpersist it after the
+        batch."""
         saved = state["routing"]
         if int(saved.get("workers", self.workers)) != self.workers:
             raise QueryFailed(f"keyed operator {self.task.id}: its state has {saved['workers']} workers but it is "
@@ -129,19 +161,43 @@ class KeyedOperator:
         unchanged = routing["version"] == saved["version"] and routing["requested"] == saved.get("requested", 0)
         if self.idle(scanned) and unchanged and not routing["splits"]:
             self.idle_batches += 1
-            return self._empty(session), {**state, IDLE: True}
+            children = {}
+            for child_id, (child, child_state) in fused.items():  # nothing emitted: nothing for them either
+                child.idle_batches += 1
+                children[child_id] = (child._empty(session), {**child_state, IDLE: True})
+            return self._empty(session), {**state, IDLE: True}, children, None
         draft = {**state, "routing": routing}
         branches, columns, step, output = self._route(session, inputs, draft, routing, scanned)
         tasks = self.tasks_for(state, routing)
+        if not fused:
+            task = WorkerTask(store, self.task.id, batch_id, self.pkeys, Routing.of(saved), Routing.of(routing),
+                              step, arrow_schema(output), self.sides, tasks)
+            frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(output))
+            self._in_flight = (dict(saved), routing)
+            return self._finish_plan(session, frame, draft, whole(saved, routing)), draft, {}, None
+        tagged, runs, drafts = {TAG: "int", **output}, [], {}
+        for tag, (child_id, (child, child_state)) in enumerate(fused.items(), 1):
+            run, drafts[child_id], columns_added = child.fused_run(self, child_state, draft, tag)
+            runs.append(run)
+            tagged.update(columns_added)
         task = WorkerTask(store, self.task.id, batch_id, self.pkeys, Routing.of(saved), Routing.of(routing),
-                          step, arrow_schema(output), self.sides, tasks)
-        frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(output))
+                          self._fusing(step), arrow_schema(tagged), self.sides, tasks, tuple(runs))
+        frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(tagged)).persist()
         self._in_flight = (dict(saved), routing)
-        return self._finish_plan(session, frame, draft), draft
+        own = frame.where(f"{TAG} = 0").selectExpr(*(quote(name) for name in output))
+        children = {}
+        for tag, (run, (child_id, (child, child_state))) in enumerate(zip(runs, fused.items()), 1):
+            names = dict(run.renames)  # its column -> the tagged output's
+            picked = frame.where(f"{TAG} = {tag}").selectExpr(
+                *(f"{quote(names.get(name, name))} AS {quote(name)}" for name in child.fused_output()))
+            merged = child._finish_plan(session, picked, drafts[child_id], whole(child_state["routing"], routing))
+            children[child_id] = (merged, drafts[child_id])
+        return self._finish_plan(session, own, draft, whole(saved, routing)), draft, children, frame
 
     def finish(self, batch_id: int, draft: dict[str, Any], store: WorkerStateStore) -> dict[str, Any]:
         if draft.get(IDLE):
             return {key: value for key, value in draft.items() if key != IDLE}
+        inside = draft.pop(FUSED, None)  # ran in another operator's tasks, on its routing: its Reshape decides
         reports = {worker: store.meta(self.task.id, worker, batch_id) or {} for worker in range(self.workers)}
         missing = [worker for worker in range(self.workers) if not reports[worker]]
         if missing:
@@ -155,7 +211,9 @@ class KeyedOperator:
         new_state["tasks"] = packed_tasks(sum(int(report.get("rows", 0)) for report in reports.values()), self.workers,
                                           self.rows_per_task)
         self.routing = draft["routing"]
-        self._control(reports, draft["routing"]["table"])
+        self.fused_in = inside
+        if inside is None:
+            self._control(reports, draft["routing"]["table"])
         with self._moved:
             self._applied = max(self._applied, draft["routing"].get("requested", 0))
             self._in_flight = None
@@ -244,6 +302,7 @@ class KeyedOperator:
                         "table": list(routing["table"]), "splits": list(routing.get("splits") or [])},
             "moved_state_rows": self.moved_rows,
             "idle_batches": self.idle_batches,
+            "fused_in": self.fused_in,
             "reshape": self.controller.snapshot(),
         }
 
@@ -260,9 +319,31 @@ class KeyedOperator:
         columns (name, Spark type), the worker step and the schema of the step's output (column -> Spark type)."""
         raise NotImplementedError
 
-    def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
-        """The operator's output from the workers' output (by default: as it is)."""
+    def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any], whole: bool = False) -> DataFrame:
+        """The operator's output from the workers' output (by default: as it is). ``whole``: the batch's routings
+        split no key (:func:`whole`)."""
         return frame
+
+    # -- running inside another operator's worker tasks (none by default) ---------------
+
+    def fuses_into(self, parent: KeyedOperator) -> bool:
+        """Whether this operator, reading ``parent``'s output alone, can run in ``parent``'s worker tasks on what
+        ``parent``'s step emits there, with the same results (a window's roll-up, :mod:`runtime.operators.window`)."""
+        return False
+
+    def fused_run(self, parent: KeyedOperator, state: Mapping[str, Any], parent_draft: Mapping[str, Any],
+                  tag: int) -> tuple[Fused, dict[str, Any], dict[str, str]]:
+        """What ``parent``'s worker tasks run for this operator (its step, how to feed it, its output's columns in
+        the tagged output), its draft state for the batch, and the columns it adds to the tagged output."""
+        raise NotImplementedError
+
+    def fused_output(self) -> list[str]:
+        """The columns of this operator's worker output, as :meth:`_finish_plan` reads them."""
+        raise NotImplementedError
+
+    def _fusing(self, step: Any) -> Any:
+        """The step to run when operators are fused into this one (its output then keeps the bucket)."""
+        raise NotImplementedError
 
     def _advance(self, draft: dict[str, Any], reports: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         """The driver state after the batch, given the workers' reports."""

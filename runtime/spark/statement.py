@@ -74,7 +74,11 @@ class Statement:
             return names[key]
 
         stateful = bool(keyed) or bool(plan.reads)
-        feeds_keyed = {parent for task in plan.tasks if task.id in keyed for _, parent in task.inputs}
+        fused = fusions(plan.tasks, keyed)
+        for parent in fused.values():  # a fused task reads its parent's shuffle, not its output
+            consumers[parent] -= 1
+        feeds_keyed = {parent for task in plan.tasks if task.id in keyed and task.id not in fused
+                       for _, parent in task.inputs}
         planned_keyed: dict[str, dict[str, Any]] = {}
         try:
             states = self.load_states(batch_id) if stateful else {}
@@ -111,29 +115,37 @@ class Statement:
                 relations = {port: [ctes.statement(f"SELECT * FROM {name}", [name]) for name in sources]
                              for port, sources in inputs.items()}
                 state = states.get(task.id) or operator.initial_state()
-                output, planned_keyed[task.id] = operator.plan(session, batch_id, relations, state, self._worker_store,
-                                                               scanned)
-                shuffles = not planned_keyed[task.id].get(IDLE)  # an idle operator's output is an empty relation
-                if shuffles and (consumers.get(task.id, 0) > 1 or task.id in feeds_keyed):  # the shuffle once a batch
-                    output = output.persist()
-                    cached.append(output)
-                view = f"{token}_k{len(views)}"
-                output.createOrReplaceTempView(view)
-                views.append(view)
-                define(task.id, f"SELECT * FROM {view}")
+                inside = {child: (keyed[child], states.get(child) or keyed[child].initial_state())
+                          for child, parent in fused.items() if parent == task.id}
+                output, planned_keyed[task.id], children, shared = operator.plan_fused(
+                    session, batch_id, relations, state, self._worker_store, scanned, inside)
+                if shared is not None:
+                    cached.append(shared)
+                for key, frame in [(task.id, output), *((child, frame) for child, (frame, _) in children.items())]:
+                    if key != task.id:
+                        planned_keyed[key] = children[key][1]
+                    shuffles = not planned_keyed[key].get(IDLE)  # an idle operator's output is an empty relation
+                    if shuffles and (consumers.get(key, 0) > 1 or key in feeds_keyed):  # the shuffle once a batch
+                        frame = frame.persist()
+                        cached.append(frame)
+                    view = f"{token}_k{len(views)}"
+                    frame.createOrReplaceTempView(view)
+                    views.append(view)
+                    define(key, f"SELECT * FROM {view}")
 
             # In layers: first what no keyed output feeds; then one job answers the scans of the keyed operators
             # whose inputs are built (a window's largest event time), instead of a job per operator; then what
             # their outputs feed, and one job for the keyed operators of the next layer (roll-ups over a window,
             # docs/containment.md), and so on.
-            depth = keyed_depths(plan.tasks, keyed)
+            # A roll-up of a window in this query runs in the window's worker tasks (fusions()): no layer of its own.
+            depth = keyed_depths(plan.tasks, keyed, fused)
             for layer in range(max(depth.values(), default=0) + 1):
                 for task in plan.tasks:
                     if depth[task.id] == layer and task.id not in keyed:
                         build(task)
                 scans: dict[str, tuple[str, list[str]]] = {}
                 for task in plan.tasks:
-                    if depth[task.id] == layer and task.id in keyed:
+                    if depth[task.id] == layer and task.id in keyed and task.id not in fused:
                         inputs = inputs_of(task)
                         bare = {port: [f"SELECT * FROM {name}" for name in sources] for port, sources in inputs.items()}
                         query = keyed[task.id].scan_sql(bare, states.get(task.id) or keyed[task.id].initial_state())
@@ -145,7 +157,7 @@ class Statement:
                     row = session.sql(ctes.statement(max_of_each([query for query, _ in scans.values()]), reads)).first()
                     scanned = dict(zip(scans, row))
                 for task in plan.tasks:
-                    if depth[task.id] == layer and task.id in keyed:
+                    if depth[task.id] == layer and task.id in keyed and task.id not in fused:
                         build(task, scanned.get(task.id, NOT_SCANNED))
             slots = seq_slots(plan.outputs)
             union = " UNION ALL ".join(encode_sql(names[task_id], topic, slots[(task_id, topic)])
@@ -313,16 +325,47 @@ class Ctes:
         return f"WITH {', '.join(clauses)} {query}" if clauses else query
 
 
-def keyed_depths(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any]) -> dict[str, int]:
+def keyed_depths(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any], fused: Mapping[str, str] = {}) -> dict[str, int]:
     """Each task's layer (``tasks`` in plan order): the most keyed tasks on a path from a source to its inputs.
-    A layer's keyed tasks read only tasks of their layer or before it, so their scans can run as one job.
+    A layer's keyed tasks read only tasks of their layer or before it, so their scans can run as one job. A task
+    ``fused`` into another (:func:`fusions`) is in that one's layer: it runs in its worker tasks.
 
     >>> from types import SimpleNamespace as T
-    >>> keyed_depths([T(id="s", inputs=[]), T(id="w", inputs=[("in", "s")]), T(id="f", inputs=[("in", "w")]),
-    ...               T(id="r", inputs=[("in", "f")]), T(id="g", inputs=[("in", "s")])], {"w": object(), "r": object()})
+    >>> tasks = [T(id="s", inputs=[]), T(id="w", inputs=[("in", "s")]), T(id="f", inputs=[("in", "w")]),
+    ...          T(id="r", inputs=[("in", "f")]), T(id="g", inputs=[("in", "s")])]
+    >>> keyed_depths(tasks, {"w": object(), "r": object()})
     {'s': 0, 'w': 0, 'f': 1, 'r': 1, 'g': 0}
+    >>> keyed_depths([*tasks[:2], T(id="u", inputs=[("in", "w")]), T(id="v", inputs=[("in", "u")])],
+    ...              {"w": object(), "u": object()}, {"u": "w"})
+    {'s': 0, 'w': 0, 'u': 0, 'v': 1}
     """
     depth: dict[str, int] = {}
     for task in tasks:
+        if task.id in fused:
+            depth[task.id] = depth[fused[task.id]]
+            continue
         depth[task.id] = max((depth[parent] + (parent in keyed) for _, parent in task.inputs if parent in depth), default=0)
     return depth
+
+
+def fusions(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any]) -> dict[str, str]:
+    """Keyed tasks that run inside another keyed task's worker tasks, each to that task: those reading one keyed
+    task of the query alone whose operator says it can (``fuses_into``: a window's roll-up); not one that others
+    run inside, and not inside one that runs inside another.
+
+    >>> from types import SimpleNamespace as T
+    >>> class Op:
+    ...     def __init__(self, fuses): self.fuses = fuses
+    ...     def fuses_into(self, parent): return self.fuses
+    >>> tasks = [T(id="s", inputs=[]), T(id="w", inputs=[("in", "s")]), T(id="r", inputs=[("in", "w")]),
+    ...          T(id="x", inputs=[("in", "r")]), T(id="j", inputs=[("left", "w"), ("right", "s")])]
+    >>> fusions(tasks, {"w": Op(False), "r": Op(True), "x": Op(True), "j": Op(True)})
+    {'r': 'w'}
+    """
+    fused: dict[str, str] = {}
+    for task in tasks:
+        parents = [parent for _, parent in task.inputs]
+        if (task.id in keyed and len(parents) == 1 and parents[0] in keyed and parents[0] not in fused
+                and keyed[task.id].fuses_into(keyed[parents[0]])):
+            fused[task.id] = parents[0]
+    return fused

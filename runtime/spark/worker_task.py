@@ -61,6 +61,23 @@ class WorkerLoad:
         }
 
 
+#: The column of a fused shuffle's output that says whose row it is: 0 the operator's, i its i-th fused operator's.
+TAG = "__sana_out"
+
+
+@dataclass(frozen=True)
+class Fused:
+    """A keyed operator that runs inside another's worker tasks on what the other's step emitted (a window's
+    roll-up, docs/containment.md): its own state versions and reports, under its own id. Its state moves from the
+    routing it was placed by to the other's new one, as the other's does."""
+
+    operator: str
+    step: Any
+    feed: Any  # the parent step's output (with the bucket) -> this step's rows, or None
+    renames: tuple[tuple[str, str], ...]  # (column of this step's output, its name in the tagged output)
+    old: Routing  # the routing its state was placed by (the other's, once it has run inside it)
+
+
 @dataclass(frozen=True)
 class WorkerTask:
     """The ``mapInArrow`` function of a keyed shuffle: one call per Spark task, i.e. per logical worker, or per
@@ -83,6 +100,7 @@ class WorkerTask:
     output_schema: Any  # pyarrow.Schema
     sides: int = 1  # 2 for a join: rows carry SIDE
     tasks: int = 0  # Spark tasks of the shuffle; fewer than the workers: worker i runs in task i % tasks (0: one each)
+    fused: tuple[Fused, ...] = ()  # run after ``step`` on its output; then every output row carries TAG
 
     def __call__(self, batches):
         import time
@@ -114,8 +132,28 @@ class WorkerTask:
                           arrivals=arrivals, side_state_rows=self._side_counts(state),
                           state_bytes=int(state.nbytes) if state is not None else 0)
             self.store.save(self.operator, worker, self.batch_id, state, report)
+            if self.fused:
+                yield from self._run_fused(worker, output)
+                output = _tagged(output.drop_columns([BUCKET]), 0, {}, self.output_schema) if output is not None else None
             if output is not None and output.num_rows:
                 yield from output.cast(self.output_schema).to_batches()
+
+    def _run_fused(self, worker: int, emitted):
+        """Each fused operator's batch at ``worker`` on what the step emitted there; its output rows, tagged."""
+        import time
+
+        for tag, fused in enumerate(self.fused, 1):
+            started = time.perf_counter()
+            _, state = self.store.load_before(fused.operator, worker, self.batch_id)
+            state, moved = self._transition(worker, state, fused.operator, fused.old)
+            rows = fused.feed(emitted)
+            state, output, report = fused.step(state, rows)
+            report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2),
+                          arrivals=self._arrivals(worker, rows), side_state_rows=self._side_counts(state),
+                          state_bytes=int(state.nbytes) if state is not None else 0)
+            self.store.save(fused.operator, worker, self.batch_id, state, report)
+            if output is not None and output.num_rows:
+                yield from _tagged(output, tag, dict(fused.renames), self.output_schema).to_batches()
 
     def _workers_of(self, markers: list[int]) -> list[int]:
         """The workers this Spark task runs, from their marker rows, checked against the partitioning planned."""
@@ -167,8 +205,9 @@ class WorkerTask:
 
     # -- state between routings ---------------------------------------------------------------
 
-    def _transition(self, worker: int, state):
-        """The worker's state under the new routing: bucket moves, then helpers joining and leaving splits.
+    def _transition(self, worker: int, state, operator: str | None = None, old: Routing | None = None):
+        """The worker's state (of ``operator``, placed by ``old``; by default this task's operator and old routing)
+        under the new routing: bucket moves, then helpers joining and leaving splits.
 
         * A bucket that moves takes its rows from the worker it leaves.
         * A helper joining a join's split copies the skewed worker's rows of
@@ -178,23 +217,24 @@ class WorkerTask:
           window: the partials, merged by the next aggregation). Nothing is
           lost and every row stays on exactly one worker of its split side.
         """
-        state, moved = self._move(worker, state)
-        old_help, new_help = self.old.helping(worker), self.new.helping(worker)
+        operator, old = operator or self.operator, old or self.old
+        state, moved = self._move(worker, state, operator, old)
+        old_help, new_help = old.helping(worker), self.new.helping(worker)
         for skewed, side in old_help.items():
             if new_help.get(skewed, -1) != side:  # left the split (or changed side): give the rows back
-                state = _without(state, _buckets_of(self.old.table, skewed))
+                state = _without(state, _buckets_of(old.table, skewed))
         pieces = [state]
         for skewed, side in new_help.items():
             if old_help.get(skewed, -1) != side and side is not None:
-                piece = self._rows_of(skewed, _buckets_of(self.new.table, skewed), 1 - side)
+                piece = self._rows_of(operator, skewed, _buckets_of(self.new.table, skewed), 1 - side)
                 moved += piece.num_rows if piece is not None else 0
                 pieces.append(piece)
-        before, after = self.old.split_of(worker), self.new.split_of(worker)
+        before, after = old.split_of(worker), self.new.split_of(worker)
         if before is not None:
             stays = set(after.helper_workers) if after is not None and after.side == before.side else set()
             for helper in before.helper_workers:
                 if helper not in stays:
-                    piece = self._rows_of(helper, _buckets_of(self.old.table, worker), before.side)
+                    piece = self._rows_of(operator, helper, _buckets_of(old.table, worker), before.side)
                     moved += piece.num_rows if piece is not None else 0
                     pieces.append(piece)
         pieces = [piece for piece in pieces if piece is not None and piece.num_rows]
@@ -202,12 +242,12 @@ class WorkerTask:
 
         return (pa.concat_tables(pieces) if len(pieces) > 1 else (pieces[0] if pieces else None)), moved
 
-    def _rows_of(self, source: int, buckets: list[int], side: int | None):
-        """Rows of ``buckets`` (of ``side`` only, if given) in ``source``'s version before this batch."""
+    def _rows_of(self, operator: str, source: int, buckets: list[int], side: int | None):
+        """Rows of ``buckets`` (of ``side`` only, if given) in ``operator``'s version at ``source`` before this batch."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        _, theirs = self.store.load_before(self.operator, source, self.batch_id)
+        _, theirs = self.store.load_before(operator, source, self.batch_id)
         if theirs is None or not buckets:
             return None
         keep = pc.is_in(theirs.column(BUCKET), pa.array(buckets, pa.int32()))
@@ -215,8 +255,8 @@ class WorkerTask:
             keep = pc.and_(keep, pc.equal(theirs.column(SIDE), side))
         return theirs.filter(keep)
 
-    def _move(self, worker: int, state):
-        moves = moved_buckets(self.old.table, self.new.table)
+    def _move(self, worker: int, state, operator: str, old: Routing):
+        moves = moved_buckets(old.table, self.new.table)
         if not moves:
             return state, 0
         leaving = [bucket for bucket, (before, _) in moves.items() if before == worker]
@@ -227,7 +267,7 @@ class WorkerTask:
                 arriving.setdefault(before, []).append(bucket)
         pieces, moved = [state], 0
         for source, buckets in sorted(arriving.items()):
-            piece = self._rows_of(source, buckets, None)
+            piece = self._rows_of(operator, source, buckets, None)
             if piece is not None:
                 moved += piece.num_rows
                 pieces.append(piece)
@@ -249,3 +289,20 @@ def _without(state, buckets: Sequence[int]):
     if state is None or not buckets:
         return state
     return state.filter(pc.invert(pc.is_in(state.column(BUCKET), pa.array(list(buckets), pa.int32()))))
+
+
+def _tagged(table, tag: int, renames: Mapping[str, str], schema):
+    """``table``'s rows in the fused output ``schema``: ``tag`` in TAG, each column under its name there (``renames``,
+    else its own), null in the columns of the other operators."""
+    import pyarrow as pa
+
+    named = {renames.get(name, name): table.column(name) for name in table.column_names}
+    columns = []
+    for field_ in schema:
+        if field_.name == TAG:
+            columns.append(pa.array([tag] * table.num_rows, field_.type))
+        elif field_.name in named:
+            columns.append(named[field_.name].cast(field_.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, field_.type))
+    return pa.Table.from_arrays(columns, schema=schema)

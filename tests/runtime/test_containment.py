@@ -250,18 +250,23 @@ def test_a_rolled_up_window_gives_what_it_gives_alone(manager_factory, kafka_boo
     for start in range(0, 300, 50):  # several micro-batches, in event-time order
         produce(kafka_bootstrap, urban, records[start:start + 50])
         time.sleep(0.6)
-    # max event time 299, watermark 294: the 10 s windows up to [280, 290) are out, so the 30 s ones up to [240, 270)
+    # max event time 299, watermark 294: the 10 s windows up to [280, 290) are out, and the 30 s ones up to [240, 270)
     expected_long = window_rows(records, 30, 270, long_names)
     received = wait_for(lambda: (got := values(read_all(kafka_bootstrap, f"{urban}-long"))) and len(got) >= len(expected_long)
                         and got, 120, "the rolled-up windows", lambda: raise_dead_queries(manager))
     assert multiset(received) == multiset(expected_long)
-    # a sliding window [a, a + 30) closes as the 30 s ones do: once a 10 s window starting at or after its end is out
-    expected_sliding = sliding_rows(records, 30, 10, 270, ("n", "hi", "s"))
+    # the roll-ups run in the 10 s window's worker tasks (one query), so they close as the direct windows do, when the
+    # watermark passes their end: the sliding ones up to [260, 290)
+    expected_sliding = sliding_rows(records, 30, 10, 290, ("n", "hi", "s"))
     received = wait_for(lambda: (got := values(read_all(kafka_bootstrap, f"{urban}-sliding")))
                         and len(got) >= len(expected_sliding) and got, 120, "the rolled-up sliding windows",
                         lambda: raise_dead_queries(manager))
     assert multiset(received) == multiset(expected_sliding)
     wait_sink(manager, kafka_bootstrap, f"{urban}-short", window_rows(records, 10, 290, short_names))
+    operators = {task_id: metrics for fragment in manager.runtime.fragment_metrics()["fragments"].values()
+                 for task_id, metrics in fragment["keyed_operators"].items()}
+    # the two roll-ups (the 30 s window before its average's select, the sliding one) ran in the 10 s window's tasks
+    assert sorted(metrics["fused_in"] or "" for metrics in operators.values()) == ["", short.tasks["win"], short.tasks["win"]]
     # what the broker's retention may not delete: the source's records from where a query has processed them
     # (it read them all, up to the last micro-batch), and no sink topic, which no query reads
     positions = manager.runtime.read_positions()

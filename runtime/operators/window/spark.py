@@ -39,21 +39,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from runtime.exceptions import QueryFailed
 from runtime.operators.fields import duration_ms
 from runtime.operators.types import INTEGRAL
-from runtime.operators.window import WindowAggregateConfig, aggregate_call
+from runtime.operators.window import WINDOW_COLUMNS, WindowAggregateConfig, aggregate_call
 from runtime.plan import TaskSpec
 from runtime.spark.frames import arrow_type
-from runtime.spark.shuffle import BUCKET, PKEY, branch
-from runtime.spark.keyed_operator import NOT_SCANNED, KeyedOperator
+from runtime.spark.shuffle import BUCKET, PKEY, Routing, branch
+from runtime.spark.keyed_operator import FUSED, NOT_SCANNED, KeyedOperator
 from runtime.spark.reshape import ReshapeSettings
-from runtime.operators.window.worker import END, START, TS, WindowStep, part_input
+from runtime.operators.window.worker import END, START, TS, WindowStep, part_input, rollup_rows
+from runtime.spark.worker_task import Fused
 
 _DECIMAL_SUM = "decimal(38,{scale})"
+WINDOW_START = WINDOW_COLUMNS[0]
+#: A roll-up's aggregate -> the aggregates of the small window it folds as they are (a sum of counts is a count).
+_ROLLS_UP = {"sum": ("count", "sum"), "min": ("min",), "max": ("max",)}
 
 
 def _col(name: str) -> str:
@@ -138,19 +145,80 @@ class WindowAggregate(KeyedOperator):
                   **{name: kind for name, _, _, kind in self.parts}}
         return [routed], columns, step, output
 
-    def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
-        """Merge the emitted partials of each (keys, window) across workers; compute the outputs."""
+    def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any], whole: bool = False) -> DataFrame:
+        """Merge the emitted partials of each (keys, window) across workers; compute the outputs. ``whole``: no
+        routing of the batch split a key, so each (keys, window) left one worker, whole: nothing to merge, and no
+        second shuffle."""
         view = "sana_emitted_" + re.sub(r"\W", "_", self.task.id)
         frame.createOrReplaceTempView(view)  # one per operator, replaced every batch
         keys = [_col(key) for key in self.config.keys]
         schema = self.task.schema
         columns = [*keys, f"{START} AS window_start", f"{END} AS window_end"]
         for out, (function, parts) in self.outputs.items():
-            merged = [f"{how}({name})" for name, how, _, _ in self.parts if name in parts]
+            merged = [name if whole else f"{how}({name})" for name, how, _, _ in self.parts if name in parts]
             value = f"CASE WHEN {merged[1]} > 0 THEN {merged[0]} / {merged[1]} END" if function == "avg" else merged[0]
             columns.append(f"CAST({value} AS {schema[out]}) AS {_col(out)}")
-        return session.sql(f"SELECT {', '.join(columns)} FROM {view} GROUP BY {', '.join([*keys, START, END])} "
+        grouped = "" if whole else f" GROUP BY {', '.join([*keys, START, END])}"
+        return session.sql(f"SELECT {', '.join(columns)} FROM {view}{grouped} "
                            f"SORT BY window_start{''.join(f', {key}' for key in keys)}")
+
+    # -- a roll-up in the window's own worker tasks ------------------------------------------
+
+    def rollup_sources(self, parent: KeyedOperator) -> tuple[tuple[str, str, str], ...] | None:
+        """Per part of this window, ``(part, parent's part, Spark type)`` when this window rolls ``parent`` up:
+        ``parent`` tumbles; this window reads its output on ``window_start`` with the same keys (in order) and
+        workers, a window and slide that are multiples of ``parent``'s, and each aggregate a ``sum`` of a
+        ``count`` or ``sum``, a ``min`` of a ``min`` or a ``max`` of a ``max`` of ``parent``'s, of one type
+        throughout (so each of its partial inputs *is* one of ``parent``'s partials). Else None."""
+        if not isinstance(parent, WindowAggregate) or parent.slide_us != parent.window_us:
+            return None
+        config, theirs = self.config, parent.config
+        if (config.time_column != WINDOW_START or list(config.keys) != list(theirs.keys) or self.workers != parent.workers
+                or self.window_us % parent.window_us or self.slide_us % parent.window_us):
+            return None
+        sources = []
+        for out, (function, parts) in self.outputs.items():
+            _, column = aggregate_call(config.aggregates[out])
+            their_function, their_parts = parent.outputs.get(column or "", ("", []))
+            if len(parts) != 1 or len(their_parts) != 1 or their_function not in _ROLLS_UP.get(function, ()):
+                return None
+            kind = self._part_kind(parts[0])
+            if not kind == parent._part_kind(their_parts[0]) == parent.task.schema.get(column):
+                return None
+            sources.append((parts[0], their_parts[0], kind))
+        return tuple(sources)
+
+    def fuses_into(self, parent: KeyedOperator) -> bool:
+        return self.rollup_sources(parent) is not None
+
+    def fused_run(self, parent: KeyedOperator, state: Mapping[str, Any], parent_draft: Mapping[str, Any],
+                  tag: int) -> tuple[Fused, dict[str, Any], dict[str, str]]:
+        """The roll-up closes its windows when ``parent``'s watermark passes their end: every small window inside
+        one has then been emitted (in this batch or before), as when the roll-up reads them from ``parent``'s output,
+        where it closes them once a small window past their end arrives (docs/containment.md)."""
+        sources = self.rollup_sources(parent)
+        if sources is None:
+            raise QueryFailed(f"keyed operator {self.task.id} does not roll {parent.task.id} up: it cannot run in its tasks")
+        watermark = state["watermark_us"]
+        emit = max((value for value in (watermark, parent_draft.get("next_watermark_us")) if value is not None), default=None)
+        parts = tuple((name, how, arrow_type(kind)) for name, how, _, kind in self.parts)
+        step = WindowStep(tuple(self.config.keys), self.window_us, self.slide_us, parts, watermark, emit)
+        feed = partial(rollup_rows, keys=tuple(self.config.keys),
+                       sources=tuple((part, source, arrow_type(kind)) for part, source, kind in sources))
+        prefix = f"__r{tag}"
+        renames = tuple((name, f"{prefix}{name}") for name, _, _, _ in self.parts)
+        draft = {**state, "routing": parent_draft["routing"], "next_watermark_us": emit, FUSED: parent.task.id}
+        run = Fused(self.task.id, step, feed, renames, Routing.of(state["routing"]))
+        return run, draft, {renamed: self._part_kind(name) for name, renamed in renames}
+
+    def fused_output(self) -> list[str]:
+        return [*self.config.keys, START, END, *(name for name, _, _, _ in self.parts)]
+
+    def _fusing(self, step: WindowStep) -> WindowStep:
+        return replace(step, keep_bucket=True)
+
+    def _part_kind(self, part: str) -> str:
+        return next(kind for name, _, _, kind in self.parts if name == part)
 
     def _advance(self, draft: dict[str, Any], reports: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         state = dict(draft)

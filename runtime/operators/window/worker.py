@@ -13,6 +13,13 @@ workers); the operator merges them before computing the final values.
 Every partial is a sum, a min or a max over its own input column: ``count``
 is a sum of 0/1, ``avg`` a sum and a count. Sums skip nulls and are null when
 every value was null, as in SQL.
+
+A roll-up (a longer window over this window's output, docs/containment.md)
+that runs in the same query is fed here, in the same task, from the partials
+this worker emits (:func:`rollup_rows`): a row per emitted small window, its
+start as the event time, each of the roll-up's partial inputs one of this
+window's partials. Sums of sums and counts, mins of mins and maxes of maxes
+fold the same values as when the roll-up reads the merged output.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ class WindowStep:
     parts: tuple[tuple[str, str, pa.DataType], ...]
     watermark_us: int | None  # in force when the batch starts: older windows are closed
     emit_us: int | None  # after the batch: windows ending at or before it are emitted
+    keep_bucket: bool = False  # emitted partials keep their bucket (a roll-up in the task reads them)
 
     @property
     def group(self) -> list[str]:
@@ -73,7 +81,8 @@ class WindowStep:
         emitted = None
         if merged is not None and self.emit_us is not None:
             closed = pc.less_equal(merged.column(END), pa.scalar(self.emit_us, TIMESTAMP))
-            emitted = merged.filter(closed).drop_columns([BUCKET])
+            emitted = merged.filter(closed)
+            emitted = emitted if self.keep_bucket else emitted.drop_columns([BUCKET])
             merged = merged.filter(pc.invert(closed))
         report = {"rows": rows.num_rows if rows is not None else 0, "state_rows": merged.num_rows if merged is not None else 0}
         return merged, emitted, report
@@ -104,3 +113,24 @@ class WindowStep:
             how, kind = hows[part]
             columns.append(grouped.column(f"{source}_{how}").cast(kind))
         return pa.Table.from_arrays(columns, names=[*self.group, *sources.values()])
+
+
+def rollup_rows(emitted: pa.Table | None, keys: tuple[str, ...],
+                sources: tuple[tuple[str, str, pa.DataType], ...]) -> pa.Table | None:
+    """A roll-up's input rows from the partials a worker emitted (with their bucket): the bucket, the keys, the
+    small window's start as the event time and, per ``(roll-up part, emitted part, type)``, the emitted partial as
+    the roll-up part's input.
+
+    >>> emitted = pa.table({BUCKET: pa.array([3], pa.int32()), "k": ["a"], START: pa.array([10], TIMESTAMP),
+    ...                     END: pa.array([20], TIMESTAMP), "__agg_c__n": pa.array([4], pa.int64())})
+    >>> rollup_rows(emitted, ("k",), (("__agg_n__sum", "__agg_c__n", pa.int64()),)).to_pylist()[0]["__p___agg_n__sum"]
+    4
+    """
+    if emitted is None or not emitted.num_rows:
+        return None
+    columns = [emitted.column(BUCKET), *(emitted.column(key) for key in keys), emitted.column(START)]
+    names = [BUCKET, *keys, TS]
+    for part, source, kind in sources:
+        columns.append(emitted.column(source).cast(kind))
+        names.append(part_input(part))
+    return pa.Table.from_arrays(columns, names=names)
