@@ -40,6 +40,7 @@ batch; :meth:`wait_moved` waits until a batch that applied them completed.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -146,12 +147,13 @@ class KeyedOperator:
     def plan_fused(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[str]],
                    state: Mapping[str, Any], store: WorkerStateStore, scanned: Any,
                    fused: Mapping[str, tuple[KeyedOperator, Mapping[str, Any]]],
-                   ) -> tuple[DataFrame, dict[str, Any], dict[str, tuple[DataFrame, dict[str, Any]]], DataFrame | None]:
+                   ) -> tuple[DataFrame, dict[str, Any], dict[str, tuple[str, dict[str, Any]]], DataFrame | None]:
         """:meth:`plan`, with ``fused`` operators (by id, with their saved driver states; each accepted by its
         :meth:`fuses_into` this one) running in this one's worker tasks on what its step emits. Returns this
-        operator's output and draft, each fused operator's output and draft, and the shuffle's output, persisted
-        because every output reads it (None without fused operators or in an idle batch): unpersist it after the
-        batch."""
+        operator's output and draft; each fused operator's output, as a query over a temporary view registered
+        here (its text: no statement of its own is analyzed for it), and its draft; and the shuffle's output,
+        persisted because every output reads it (None without fused operators or in an idle batch): unpersist it
+        after the batch."""
         saved = state["routing"]
         if int(saved.get("workers", self.workers)) != self.workers:
             raise QueryFailed(f"keyed operator {self.task.id}: its state has {saved['workers']} workers but it is "
@@ -164,7 +166,7 @@ class KeyedOperator:
             children = {}
             for child_id, (child, child_state) in fused.items():  # nothing emitted: nothing for them either
                 child.idle_batches += 1
-                children[child_id] = (child._empty(session), {**child_state, IDLE: True})
+                children[child_id] = (child.empty_sql(), {**child_state, IDLE: True})
             return self._empty(session), {**state, IDLE: True}, children, None
         draft = {**state, "routing": routing}
         branches, columns, step, output = self._route(session, inputs, draft, routing, scanned)
@@ -184,15 +186,14 @@ class KeyedOperator:
                           self._fusing(step), arrow_schema(tagged), self.sides, tasks, tuple(runs))
         frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(tagged)).persist()
         self._in_flight = (dict(saved), routing)
-        own = frame.where(f"{TAG} = 0").selectExpr(*(quote(name) for name in output))
+        view = "sana_tagged_" + re.sub(r"\W", "_", self.task.id)
+        frame.createOrReplaceTempView(view)  # one per operator, replaced every batch
         children = {}
         for tag, (run, (child_id, (child, child_state))) in enumerate(zip(runs, fused.items()), 1):
-            names = dict(run.renames)  # its column -> the tagged output's
-            picked = frame.where(f"{TAG} = {tag}").selectExpr(
-                *(f"{quote(names.get(name, name))} AS {quote(name)}" for name in child.fused_output()))
-            merged = child._finish_plan(session, picked, drafts[child_id], whole(child_state["routing"], routing))
-            children[child_id] = (merged, drafts[child_id])
-        return self._finish_plan(session, own, draft, whole(saved, routing)), draft, children, frame
+            text = child.tagged_output_sql(view, tag, dict(run.renames), whole(child_state["routing"], routing))
+            children[child_id] = (text, drafts[child_id])
+        own = session.sql(self.tagged_output_sql(view, 0, {}, whole(saved, routing)))
+        return own, draft, children, frame
 
     def finish(self, batch_id: int, draft: dict[str, Any], store: WorkerStateStore) -> dict[str, Any]:
         if draft.get(IDLE):
@@ -215,7 +216,8 @@ class KeyedOperator:
         if inside is None:
             self._control(reports, draft["routing"]["table"])
         with self._moved:
-            self._applied = max(self._applied, draft["routing"].get("requested", 0))
+            if inside is None:  # inside another, the routing and its requests are the other's
+                self._applied = max(self._applied, draft["routing"].get("requested", 0))
             self._in_flight = None
             self._moved.notify_all()
         return new_state
@@ -266,7 +268,11 @@ class KeyedOperator:
     # -- moving buckets -------------------------------------------------------------
 
     def request_moves(self, moves: Mapping[int, int]) -> int:
-        """Manual bucket moves; buckets of a worker Reshape is splitting stay until the split ends."""
+        """Manual bucket moves; buckets of a worker Reshape is splitting stay until the split ends. An operator
+        running in another's worker tasks follows that one's routing: move its buckets instead."""
+        if self.fused_in is not None:
+            raise ValueError(f"it runs in the worker tasks of {self.fused_in} (it rolls that window up) and follows "
+                             "its routing: move that operator's buckets")
         if self.routing is not None:
             routing = Routing.of(self.routing)
             involved = routing.involved()
@@ -308,8 +314,11 @@ class KeyedOperator:
 
     def _empty(self, session: SparkSession) -> DataFrame:
         """The operator's output in a batch it has nothing to do: no row, its output schema."""
+        return session.sql(self.empty_sql())
+
+    def empty_sql(self) -> str:
         columns = ", ".join(f"CAST(NULL AS {kind}) AS {quote(name)}" for name, kind in self.task.schema.items())
-        return session.sql(f"SELECT {columns} WHERE false")
+        return f"SELECT {columns} WHERE false"
 
     # -- what subclasses provide ------------------------------------------------------
 
@@ -337,8 +346,9 @@ class KeyedOperator:
         the tagged output), its draft state for the batch, and the columns it adds to the tagged output."""
         raise NotImplementedError
 
-    def fused_output(self) -> list[str]:
-        """The columns of this operator's worker output, as :meth:`_finish_plan` reads them."""
+    def tagged_output_sql(self, view: str, tag: int, renames: Mapping[str, str], whole: bool) -> str:
+        """This operator's output as a query over ``view``, a fused shuffle's output: its rows are those tagged
+        ``tag``, its worker output's columns there under ``renames`` (else their own names)."""
         raise NotImplementedError
 
     def _fusing(self, step: Any) -> Any:

@@ -121,17 +121,17 @@ class Statement:
                     session, batch_id, relations, state, self._worker_store, scanned, inside)
                 if shared is not None:
                     cached.append(shared)
-                for key, frame in [(task.id, output), *((child, frame) for child, (frame, _) in children.items())]:
-                    if key != task.id:
-                        planned_keyed[key] = children[key][1]
-                    shuffles = not planned_keyed[key].get(IDLE)  # an idle operator's output is an empty relation
-                    if shuffles and (consumers.get(key, 0) > 1 or key in feeds_keyed):  # the shuffle once a batch
-                        frame = frame.persist()
-                        cached.append(frame)
-                    view = f"{token}_k{len(views)}"
-                    frame.createOrReplaceTempView(view)
-                    views.append(view)
-                    define(key, f"SELECT * FROM {view}")
+                shuffles = not planned_keyed[task.id].get(IDLE)  # an idle operator's output is an empty relation
+                if shuffles and (consumers.get(task.id, 0) > 1 or task.id in feeds_keyed):  # the shuffle once a batch
+                    output = output.persist()
+                    cached.append(output)
+                view = f"{token}_k{len(views)}"
+                output.createOrReplaceTempView(view)
+                views.append(view)
+                define(task.id, f"SELECT * FROM {view}")
+                for child, (text, child_draft) in children.items():  # queries over the persisted shuffle's output
+                    planned_keyed[child] = child_draft
+                    define(child, text, materialize=consumers.get(child, 0) > 1 or child in feeds_keyed)
 
             # In layers: first what no keyed output feeds; then one job answers the scans of the keyed operators
             # whose inputs are built (a window's largest event time), instead of a job per operator; then what

@@ -18,6 +18,7 @@ import time
 import pytest
 from pyspark.sql import types as T
 
+from runtime.exceptions import BucketMoveInvalid
 from runtime.operators.implication import implies, residual
 from runtime.operators.projection import rebase
 from runtime.spark.session import spark_session
@@ -267,6 +268,9 @@ def test_a_rolled_up_window_gives_what_it_gives_alone(manager_factory, kafka_boo
                  for task_id, metrics in fragment["keyed_operators"].items()}
     # the two roll-ups (the 30 s window before its average's select, the sliding one) ran in the 10 s window's tasks
     assert sorted(metrics["fused_in"] or "" for metrics in operators.values()) == ["", short.tasks["win"], short.tasks["win"]]
+    rollup = next(task_id for task_id, metrics in operators.items() if metrics["fused_in"])
+    with pytest.raises(BucketMoveInvalid, match=f"{rollup}.*worker tasks of {short.tasks['win']}"):
+        manager.runtime.move_buckets(rollup, {0: 1})  # it follows the window's routing: its buckets move with it
     # what the broker's retention may not delete: the source's records from where a query has processed them
     # (it read them all, up to the last micro-batch), and no sink topic, which no query reads
     positions = manager.runtime.read_positions()

@@ -76,8 +76,8 @@ class Windows:
             output, drafts["small"], children, shared = self.small.plan_fused(
                 self.spark, self.batch_id, relations, self.states["small"], self.store, NOT_SCANNED, inside)
             outputs["small"] = output.toArrow().to_pylist()
-            for name, (frame, draft) in children.items():
-                outputs[name], drafts[name] = frame.toArrow().to_pylist(), draft
+            for name, (text, draft) in children.items():
+                outputs[name], drafts[name] = self.spark.sql(text).toArrow().to_pylist(), draft
             if shared is not None:
                 shared.unpersist()
         else:

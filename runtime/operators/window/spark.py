@@ -55,7 +55,7 @@ from runtime.spark.shuffle import BUCKET, PKEY, Routing, branch
 from runtime.spark.keyed_operator import FUSED, NOT_SCANNED, KeyedOperator
 from runtime.spark.reshape import ReshapeSettings
 from runtime.operators.window.worker import END, START, TS, WindowStep, part_input, rollup_rows
-from runtime.spark.worker_task import Fused
+from runtime.spark.worker_task import TAG, Fused
 
 _DECIMAL_SUM = "decimal(38,{scale})"
 WINDOW_START = WINDOW_COLUMNS[0]
@@ -146,21 +146,30 @@ class WindowAggregate(KeyedOperator):
         return [routed], columns, step, output
 
     def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any], whole: bool = False) -> DataFrame:
-        """Merge the emitted partials of each (keys, window) across workers; compute the outputs. ``whole``: no
-        routing of the batch split a key, so each (keys, window) left one worker, whole: nothing to merge, and no
-        second shuffle."""
+        """Merge the emitted partials of each (keys, window) across workers; compute the outputs."""
         view = "sana_emitted_" + re.sub(r"\W", "_", self.task.id)
         frame.createOrReplaceTempView(view)  # one per operator, replaced every batch
+        return session.sql(self.output_sql(view, whole))
+
+    def tagged_output_sql(self, view: str, tag: int, renames: Mapping[str, str], whole: bool) -> str:
+        return self.output_sql(view, whole, f"{TAG} = {tag}", renames)
+
+    def output_sql(self, view: str, whole: bool, where: str | None = None, renames: Mapping[str, str] = {}) -> str:
+        """The outputs from the emitted partials in ``view`` (those ``where`` holds; a part in column
+        ``renames.get(part, part)``): merged across workers, or, ``whole`` (no routing of the batch split a key,
+        so each (keys, window) left one worker whole), as they are, with no second shuffle."""
         keys = [_col(key) for key in self.config.keys]
         schema = self.task.schema
         columns = [*keys, f"{START} AS window_start", f"{END} AS window_end"]
         for out, (function, parts) in self.outputs.items():
-            merged = [name if whole else f"{how}({name})" for name, how, _, _ in self.parts if name in parts]
+            merged = [_col(renames.get(name, name)) if whole else f"{how}({_col(renames.get(name, name))})"
+                      for name, how, _, _ in self.parts if name in parts]
             value = f"CASE WHEN {merged[1]} > 0 THEN {merged[0]} / {merged[1]} END" if function == "avg" else merged[0]
             columns.append(f"CAST({value} AS {schema[out]}) AS {_col(out)}")
+        filtered = "" if where is None else f" WHERE {where}"
         grouped = "" if whole else f" GROUP BY {', '.join([*keys, START, END])}"
-        return session.sql(f"SELECT {', '.join(columns)} FROM {view}{grouped} "
-                           f"SORT BY window_start{''.join(f', {key}' for key in keys)}")
+        return (f"SELECT {', '.join(columns)} FROM {view}{filtered}{grouped} "
+                f"SORT BY window_start{''.join(f', {key}' for key in keys)}")
 
     # -- a roll-up in the window's own worker tasks ------------------------------------------
 
@@ -210,9 +219,6 @@ class WindowAggregate(KeyedOperator):
         draft = {**state, "routing": parent_draft["routing"], "next_watermark_us": emit, FUSED: parent.task.id}
         run = Fused(self.task.id, step, feed, renames, Routing.of(state["routing"]))
         return run, draft, {renamed: self._part_kind(name) for name, renamed in renames}
-
-    def fused_output(self) -> list[str]:
-        return [*self.config.keys, START, END, *(name for name, _, _, _ in self.parts)]
 
     def _fusing(self, step: WindowStep) -> WindowStep:
         return replace(step, keep_bucket=True)
