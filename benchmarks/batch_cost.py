@@ -48,11 +48,12 @@ def dataflow(topic: str, windows: int) -> dict:
     return {"name": f"batch-cost-{windows}", "tasks": tasks, "streams": streams}
 
 
-def cpu_by_process() -> dict[int, tuple[str, float]]:
-    """``pid -> (kind, CPU seconds so far)`` of this process and its descendants."""
+def cpu_by_process(root: int | None = None) -> dict[int, tuple[str, float]]:
+    """``pid -> (kind, CPU seconds so far)`` of ``root`` (this process by default; the ``driver``) and its
+    descendants."""
     import psutil
 
-    me = psutil.Process()
+    me = psutil.Process(root)
     found: dict[int, tuple[str, float]] = {}
     for process in [me, *me.children(recursive=True)]:
         try:

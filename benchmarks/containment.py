@@ -251,7 +251,10 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
     ``bound`` (dashboards only) adds a third run, ``widest-only``: the first dashboard alone, the one every other
     rolls up. No containment can cost less than it, since a rolled-up dashboard still writes its own sink: one
     minus its cores over exact sharing's bounds what containment can save on the workload. ``max_delay_s``
-    gives every sink that ``max_delay`` (a dashboard refreshed every few seconds needs no batch a second)."""
+    gives every sink that ``max_delay`` (a dashboard refreshed every few seconds needs no batch a second).
+    ``cores_by_process``: the cores of the Spark JVM, PySpark's Python workers, the service's Python (``driver``)
+    and the broker, from the last submit to the end of the measurement (the settle time included)."""
+    from benchmarks.batch_cost import cores_by_kind, cpu_by_process
     from benchmarks.reuse_real import RealService
 
     if bound and kind == "variants":
@@ -275,8 +278,9 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
             for number, document in enumerate(documents, start=1):
                 service.submit(document)
                 print(f"{label}: {number}/{count} submitted", file=sys.stderr, flush=True)
-            produced, at = sum(service.produced.values()), time.monotonic()
+            produced, at, processes = sum(service.produced.values()), time.monotonic(), cpu_by_process(service.process.pid)
             measured = service.measure_step(at, service.cpu_s())
+            by_kind = cores_by_kind(processes, cpu_by_process(service.process.pid), time.monotonic() - at)
             input_rps = (sum(service.produced.values()) - produced) / (time.monotonic() - at)
             stats = service.client.get("/stats").raise_for_status().json()
             batches = keyed_batches(service.client.get("/runtime/queries").raise_for_status().json()["queries"])
@@ -288,6 +292,7 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
                "measured_s": measured["measured_s"], "batches_measured": measured["batches_measured"],
                "cpu_s_per_batch": measured["cpu_s_per_batch"], "running_tasks": measured["running_tasks"],
                "queries": measured["queries"], "containment_shares": stats["containment_shares"], **batches,
+               "cores_by_process": by_kind,
                "sinks": sinks}
         print(json.dumps({key: value for key, value in row.items() if key != "sinks"}), file=sys.stderr, flush=True)
         rows.append(row)
