@@ -40,7 +40,7 @@ batch; :meth:`wait_moved` waits until a batch that applied them completed.
 
 from __future__ import annotations
 
-import re
+import hashlib
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -64,16 +64,6 @@ from runtime.spark.worker_state import WorkerStateStore
 NOT_SCANNED: Any = object()  # plan() without a scan answered by the fragment: the operator runs its own
 IDLE = "__idle__"  # in a batch's draft state: the operator had nothing to do (removed by finish())
 FUSED = "__fused__"  # in a batch's draft state: the operator it ran inside (removed by finish())
-
-
-def whole(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Whether a batch that moves state from routing ``old`` to ``new`` leaves every key's state and output at one
-    worker: neither splits a key over workers (Reshape's splits; a moved bucket moves whole).
-
-    >>> whole({"splits": []}, {"splits": []}), whole({"splits": [{"worker": 3, "helpers": [4]}]}, {"splits": []})
-    (True, False)
-    """
-    return not old.get("splits") and not new.get("splits")
 
 
 def max_of_each(queries: Sequence[str]) -> str:
@@ -176,7 +166,7 @@ class KeyedOperator:
                               step, arrow_schema(output), self.sides, tasks)
             frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(output))
             self._in_flight = (dict(saved), routing)
-            return self._finish_plan(session, frame, draft, whole(saved, routing)), draft, {}, None
+            return self._finish_plan(session, frame, draft), draft, {}, None
         tagged, runs, drafts = {TAG: "int", **output}, [], {}
         for tag, (child_id, (child, child_state)) in enumerate(fused.items(), 1):
             run, drafts[child_id], columns_added = child.fused_run(self, child_state, draft, tag)
@@ -186,13 +176,14 @@ class KeyedOperator:
                           self._fusing(step), arrow_schema(tagged), self.sides, tasks, tuple(runs))
         frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(tagged)).persist()
         self._in_flight = (dict(saved), routing)
-        view = "sana_tagged_" + re.sub(r"\W", "_", self.task.id)
-        frame.createOrReplaceTempView(view)  # one per operator, replaced every batch
-        children = {}
-        for tag, (run, (child_id, (child, child_state))) in enumerate(zip(runs, fused.items()), 1):
-            text = child.tagged_output_sql(view, tag, dict(run.renames), whole(child_state["routing"], routing))
-            children[child_id] = (text, drafts[child_id])
-        own = session.sql(self.tagged_output_sql(view, 0, {}, whole(saved, routing)))
+        # One per operator, replaced every batch; the children's queries are analyzed later, in the batch's
+        # statement, so the name must be this operator's alone (a digest: ids that differ only in characters
+        # a view name cannot hold stay apart).
+        view = "sana_tagged_" + hashlib.sha1(self.task.id.encode()).hexdigest()[:16]
+        frame.createOrReplaceTempView(view)
+        children = {child_id: (child.tagged_output_sql(view, tag, dict(run.renames)), drafts[child_id])
+                    for tag, (run, (child_id, (child, _))) in enumerate(zip(runs, fused.items()), 1)}
+        own = session.sql(self.tagged_output_sql(view, 0, {}))
         return own, draft, children, frame
 
     def finish(self, batch_id: int, draft: dict[str, Any], store: WorkerStateStore) -> dict[str, Any]:
@@ -328,9 +319,8 @@ class KeyedOperator:
         columns (name, Spark type), the worker step and the schema of the step's output (column -> Spark type)."""
         raise NotImplementedError
 
-    def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any], whole: bool = False) -> DataFrame:
-        """The operator's output from the workers' output (by default: as it is). ``whole``: the batch's routings
-        split no key (:func:`whole`)."""
+    def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
+        """The operator's output from the workers' output (by default: as it is)."""
         return frame
 
     # -- running inside another operator's worker tasks (none by default) ---------------
@@ -346,7 +336,7 @@ class KeyedOperator:
         the tagged output), its draft state for the batch, and the columns it adds to the tagged output."""
         raise NotImplementedError
 
-    def tagged_output_sql(self, view: str, tag: int, renames: Mapping[str, str], whole: bool) -> str:
+    def tagged_output_sql(self, view: str, tag: int, renames: Mapping[str, str]) -> str:
         """This operator's output as a query over ``view``, a fused shuffle's output: its rows are those tagged
         ``tag``, its worker output's columns there under ``renames`` (else their own names)."""
         raise NotImplementedError

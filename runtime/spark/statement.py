@@ -74,14 +74,14 @@ class Statement:
             return names[key]
 
         stateful = bool(keyed) or bool(plan.reads)
-        fused = fusions(plan.tasks, keyed)
-        for parent in fused.values():  # a fused task reads its parent's shuffle, not its output
-            consumers[parent] -= 1
-        feeds_keyed = {parent for task in plan.tasks if task.id in keyed and task.id not in fused
-                       for _, parent in task.inputs}
         planned_keyed: dict[str, dict[str, Any]] = {}
         try:
             states = self.load_states(batch_id) if stateful else {}
+            fused = fusions(plan.tasks, keyed, states)
+            for parent in fused.values():  # a fused task reads its parent's shuffle, not its output
+                consumers[parent] -= 1
+            feeds_keyed = {parent for task in plan.tasks if task.id in keyed and task.id not in fused
+                           for _, parent in task.inputs}
             new_states: dict[str, Any] = {}
             internal = f"{token}_raw"
             # Reading another query's output, the origins of its records say which are replays. Where the batch's
@@ -117,10 +117,10 @@ class Statement:
                 state = states.get(task.id) or operator.initial_state()
                 inside = {child: (keyed[child], states.get(child) or keyed[child].initial_state())
                           for child, parent in fused.items() if parent == task.id}
-                output, planned_keyed[task.id], children, shared = operator.plan_fused(
+                output, planned_keyed[task.id], children, tagged = operator.plan_fused(
                     session, batch_id, relations, state, self._worker_store, scanned, inside)
-                if shared is not None:
-                    cached.append(shared)
+                if tagged is not None:
+                    cached.append(tagged)
                 shuffles = not planned_keyed[task.id].get(IDLE)  # an idle operator's output is an empty relation
                 if shuffles and (consumers.get(task.id, 0) > 1 or task.id in feeds_keyed):  # the shuffle once a batch
                     output = output.persist()
@@ -348,10 +348,13 @@ def keyed_depths(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any], fused: Map
     return depth
 
 
-def fusions(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any]) -> dict[str, str]:
+def fusions(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any],
+            states: Mapping[str, Any] = {}) -> dict[str, str]:
     """Keyed tasks that run inside another keyed task's worker tasks, each to that task: those reading one keyed
     task of the query alone whose operator says it can (``fuses_into``: a window's roll-up); not one that others
-    run inside, and not inside one that runs inside another.
+    run inside, and not inside one that runs inside another. Nor one whose saved routing (in ``states``, the driver
+    states before the batch) splits a key, unless it is the other's (it ran inside it): a state placed by a split
+    of its own moves to the other's routing only once the split has ended.
 
     >>> from types import SimpleNamespace as T
     >>> class Op:
@@ -359,13 +362,28 @@ def fusions(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any]) -> dict[str, st
     ...     def fuses_into(self, parent): return self.fuses
     >>> tasks = [T(id="s", inputs=[]), T(id="w", inputs=[("in", "s")]), T(id="r", inputs=[("in", "w")]),
     ...          T(id="x", inputs=[("in", "r")]), T(id="j", inputs=[("left", "w"), ("right", "s")])]
-    >>> fusions(tasks, {"w": Op(False), "r": Op(True), "x": Op(True), "j": Op(True)})
+    >>> operators = {"w": Op(False), "r": Op(True), "x": Op(True), "j": Op(True)}
+    >>> fusions(tasks, operators)
+    {'r': 'w'}
+    >>> split = {"table": [0, 1], "splits": [{"worker": 0}]}
+    >>> fusions(tasks, operators, {"r": {"routing": split}, "w": {"routing": {"table": [0, 1], "splits": []}}})
+    {'x': 'r'}
+    >>> fusions(tasks, operators, {"r": {"routing": split}, "w": {"routing": split}})
     {'r': 'w'}
     """
     fused: dict[str, str] = {}
     for task in tasks:
         parents = [parent for _, parent in task.inputs]
         if (task.id in keyed and len(parents) == 1 and parents[0] in keyed and parents[0] not in fused
-                and keyed[task.id].fuses_into(keyed[parents[0]])):
+                and keyed[task.id].fuses_into(keyed[parents[0]]) and _placeable(states.get(task.id), states.get(parents[0]))):
             fused[task.id] = parents[0]
     return fused
+
+
+def _placeable(state: Mapping[str, Any] | None, parents: Mapping[str, Any] | None) -> bool:
+    """Whether a keyed task's state can move to its parent's routing: no split of its own, or the parent's."""
+    mine = (state or {}).get("routing") or {}
+    if not mine.get("splits"):
+        return True
+    theirs = (parents or {}).get("routing") or {}
+    return mine.get("table") == theirs.get("table") and mine.get("splits") == theirs.get("splits")

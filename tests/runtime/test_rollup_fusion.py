@@ -38,10 +38,10 @@ DIRECT = {"n": "count(*)", "s": "sum(temp)", "lo": "min(temp)", "hi": "max(temp)
 STILL = ReshapeSettings(enabled=False)
 
 
-def rollup_config(window: str, slide: str | None = None) -> dict[str, Any]:
+def rollup_config(window: str, slide: str | None = None, aggregates: dict[str, str] = ROLLED) -> dict[str, Any]:
     """What the manager runs for a longer window over the small one (``manager/containment.py``)."""
     config = {"keys": ["sensor"], "time_column": "window_start", "window": window, "watermark": "1 milliseconds",
-              "aggregates": ROLLED}
+              "aggregates": aggregates}
     return {**config, "slide": slide} if slide else config
 
 
@@ -194,8 +194,10 @@ def assert_only_the_last(extra: Counter, emitted: Counter, span: timedelta) -> N
 
 def test_fused_roll_ups_hold_what_they_hold_as_operators_of_their_own_with_late_records(spark, tmp_path):
     """Records late for their small window are dropped by it either way; what the roll-ups emitted, summed over the
-    batches, is the same, fused ones no later. Bucket moves of the small window mid-way change nothing."""
-    rollups = {"long": rollup_config("30 seconds"), "sliding": rollup_config("1 minutes", "20 seconds")}
+    batches, is the same, fused ones no later. Bucket moves of the small window mid-way change nothing. The two
+    roll-ups ask for different aggregates (each output is its own roll-up's)."""
+    rollups = {"long": rollup_config("30 seconds"),
+               "sliding": rollup_config("1 minutes", "20 seconds", {"top": "max(hi)", "n": "sum(n)"})}
     fused, apart = Windows(spark, tmp_path / "fused", rollups, True), Windows(spark, tmp_path / "apart", rollups, False)
     rng = random.Random(5)
     emitted = {True: {name: Counter() for name in ["small", *rollups]}, False: {name: Counter() for name in ["small", *rollups]}}

@@ -145,30 +145,30 @@ class WindowAggregate(KeyedOperator):
                   **{name: kind for name, _, _, kind in self.parts}}
         return [routed], columns, step, output
 
-    def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any], whole: bool = False) -> DataFrame:
+    def _finish_plan(self, session: SparkSession, frame: DataFrame, draft: dict[str, Any]) -> DataFrame:
         """Merge the emitted partials of each (keys, window) across workers; compute the outputs."""
         view = "sana_emitted_" + re.sub(r"\W", "_", self.task.id)
         frame.createOrReplaceTempView(view)  # one per operator, replaced every batch
-        return session.sql(self.output_sql(view, whole))
+        return session.sql(self.output_sql(view))
 
-    def tagged_output_sql(self, view: str, tag: int, renames: Mapping[str, str], whole: bool) -> str:
-        return self.output_sql(view, whole, f"{TAG} = {tag}", renames)
+    def tagged_output_sql(self, view: str, tag: int, renames: Mapping[str, str]) -> str:
+        return self.output_sql(view, f"{TAG} = {tag}", renames)
 
-    def output_sql(self, view: str, whole: bool, where: str | None = None, renames: Mapping[str, str] = {}) -> str:
+    def output_sql(self, view: str, where: str | None = None, renames: Mapping[str, str] = {}) -> str:
         """The outputs from the emitted partials in ``view`` (those ``where`` holds; a part in column
-        ``renames.get(part, part)``): merged across workers, or, ``whole`` (no routing of the batch split a key,
-        so each (keys, window) left one worker whole), as they are, with no second shuffle."""
+        ``renames.get(part, part)``), merged across workers: a key Reshape splits has partials at several.
+
+        The merge's shuffle also names the output: its partitions depend on the keys alone, so a replayed batch
+        writes each row at the place it had, whatever routing the replay runs (a pending move is not kept)."""
         keys = [_col(key) for key in self.config.keys]
         schema = self.task.schema
         columns = [*keys, f"{START} AS window_start", f"{END} AS window_end"]
         for out, (function, parts) in self.outputs.items():
-            merged = [_col(renames.get(name, name)) if whole else f"{how}({_col(renames.get(name, name))})"
-                      for name, how, _, _ in self.parts if name in parts]
+            merged = [f"{how}({_col(renames.get(name, name))})" for name, how, _, _ in self.parts if name in parts]
             value = f"CASE WHEN {merged[1]} > 0 THEN {merged[0]} / {merged[1]} END" if function == "avg" else merged[0]
             columns.append(f"CAST({value} AS {schema[out]}) AS {_col(out)}")
         filtered = "" if where is None else f" WHERE {where}"
-        grouped = "" if whole else f" GROUP BY {', '.join([*keys, START, END])}"
-        return (f"SELECT {', '.join(columns)} FROM {view}{filtered}{grouped} "
+        return (f"SELECT {', '.join(columns)} FROM {view}{filtered} GROUP BY {', '.join([*keys, START, END])} "
                 f"SORT BY window_start{''.join(f', {key}' for key in keys)}")
 
     # -- a roll-up in the window's own worker tasks ------------------------------------------
@@ -202,9 +202,12 @@ class WindowAggregate(KeyedOperator):
 
     def fused_run(self, parent: KeyedOperator, state: Mapping[str, Any], parent_draft: Mapping[str, Any],
                   tag: int) -> tuple[Fused, dict[str, Any], dict[str, str]]:
-        """The roll-up closes its windows when ``parent``'s watermark passes their end: every small window inside
-        one has then been emitted (in this batch or before), as when the roll-up reads them from ``parent``'s output,
-        where it closes them once a small window past their end arrives (docs/containment.md)."""
+        """What ``parent``'s tasks run for this roll-up, its draft and the columns it adds (see the base class).
+
+        Fused, a roll-up closes its windows when ``parent``'s watermark passes their end, as a window over the
+        records would: every small window inside one has left by then (in this batch or before). Running apart, it
+        closes them later, once a small window past their end reaches it (and its own watermark delay is past):
+        the same rows, emitted later (docs/containment.md)."""
         sources = self.rollup_sources(parent)
         if sources is None:
             raise QueryFailed(f"keyed operator {self.task.id} does not roll {parent.task.id} up: it cannot run in its tasks")
@@ -217,6 +220,7 @@ class WindowAggregate(KeyedOperator):
         prefix = f"__r{tag}"
         renames = tuple((name, f"{prefix}{name}") for name, _, _, _ in self.parts)
         draft = {**state, "routing": parent_draft["routing"], "next_watermark_us": emit, FUSED: parent.task.id}
+        self.fused_in = parent.task.id  # from now on: a move asked of it is refused
         run = Fused(self.task.id, step, feed, renames, Routing.of(state["routing"]))
         return run, draft, {renamed: self._part_kind(name) for name, renamed in renames}
 
