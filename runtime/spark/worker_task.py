@@ -255,7 +255,10 @@ class WorkerTask:
             keep = pc.and_(keep, pc.equal(theirs.column(SIDE), side))
         return theirs.filter(keep)
 
-    def _move(self, worker: int, state, operator: str, old: Routing):
+    def _move(self, worker: int, state, operator: str | None = None, old: Routing | None = None):
+        """The worker's state after the buckets that move between ``old`` and the new routing moved (defaults as
+        in :meth:`_transition`), and the rows it took in."""
+        operator, old = operator or self.operator, old or self.old
         moves = moved_buckets(old.table, self.new.table)
         if not moves:
             return state, 0
