@@ -161,21 +161,20 @@ class KeyedOperator:
         draft = {**state, "routing": routing}
         branches, columns, step, output = self._route(session, inputs, draft, routing, scanned)
         tasks = self.tasks_for(state, routing)
-        if not fused:
-            task = WorkerTask(store, self.task.id, batch_id, self.pkeys, Routing.of(saved), Routing.of(routing),
-                              step, arrow_schema(output), self.sides, tasks)
-            frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(output))
-            self._in_flight = (dict(saved), routing)
-            return self._finish_plan(session, frame, draft), draft, {}, None
-        tagged, runs, drafts = {TAG: "int", **output}, [], {}
-        for tag, (child_id, (child, child_state)) in enumerate(fused.items(), 1):
-            run, drafts[child_id], columns_added = child.fused_run(self, child_state, draft, tag)
-            runs.append(run)
-            tagged.update(columns_added)
+        schema, runs, drafts = output, [], {}
+        if fused:  # the shuffle's output: every operator's rows, tagged
+            schema, step = {TAG: "int", **output}, self._fusing(step)
+            for tag, (child_id, (child, child_state)) in enumerate(fused.items(), 1):
+                run, drafts[child_id], columns_added = child.fused_run(self, child_state, draft, tag)
+                runs.append(run)
+                schema.update(columns_added)
         task = WorkerTask(store, self.task.id, batch_id, self.pkeys, Routing.of(saved), Routing.of(routing),
-                          self._fusing(step), arrow_schema(tagged), self.sides, tasks, tuple(runs))
-        frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(tagged)).persist()
+                          step, arrow_schema(schema), self.sides, tasks, tuple(runs))
+        frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(schema))
         self._in_flight = (dict(saved), routing)
+        if not fused:
+            return self._finish_plan(session, frame, draft), draft, {}, None
+        frame = frame.persist()
         # One per operator, replaced every batch; the children's queries are analyzed later, in the batch's
         # statement, so the name must be this operator's alone (a digest: ids that differ only in characters
         # a view name cannot hold stay apart).

@@ -103,8 +103,6 @@ class WorkerTask:
     fused: tuple[Fused, ...] = ()  # run after ``step`` on its output; then every output row carries TAG
 
     def __call__(self, batches):
-        import time
-
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -121,39 +119,32 @@ class WorkerTask:
             raise RuntimeError(f"keyed shuffle of {self.operator}: the Spark task of worker(s) {workers} got {strangers} "
                                "row(s) of other workers; Spark's hash partitioning is not what Sana expects")
         for worker in workers:  # one worker per task, or several when the shuffle is packed (``tasks``)
-            started = time.perf_counter()
             own = rows if len(workers) == 1 else rows.filter(pc.equal(rows.column(PKEY), self.pkeys[worker]))
-            own = own if own.num_rows else None
-            _, state = self.store.load_before(self.operator, worker, self.batch_id)
-            state, moved = self._transition(worker, state)
-            arrivals = self._arrivals(worker, own)
-            state, output, report = self.step(state, own)
-            report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2),
-                          arrivals=arrivals, side_state_rows=self._side_counts(state),
-                          state_bytes=int(state.nbytes) if state is not None else 0)
-            self.store.save(self.operator, worker, self.batch_id, state, report)
-            if self.fused:
-                yield from self._run_fused(worker, output)
+            output = self._run_step(worker, self.operator, self.old, self.step, own if own.num_rows else None)
+            if self.fused:  # each fused operator on what the step emitted at this worker; every row tagged
+                for tag, fused in enumerate(self.fused, 1):
+                    theirs = self._run_step(worker, fused.operator, fused.old, fused.step, fused.feed(output))
+                    if theirs is not None and theirs.num_rows:
+                        yield from _tagged(theirs, tag, dict(fused.renames), self.output_schema).to_batches()
                 output = _tagged(output.drop_columns([BUCKET]), 0, {}, self.output_schema) if output is not None else None
             if output is not None and output.num_rows:
                 yield from output.cast(self.output_schema).to_batches()
 
-    def _run_fused(self, worker: int, emitted):
-        """Each fused operator's batch at ``worker`` on what the step emitted there; its output rows, tagged."""
+    def _run_step(self, worker: int, operator: str, old: Routing, step, rows):
+        """One operator's batch at ``worker``: its state as of the batch before, moved from routing ``old`` to the
+        new one, ``step`` on ``rows``, the new version saved with the step's report; the step's output."""
         import time
 
-        for tag, fused in enumerate(self.fused, 1):
-            started = time.perf_counter()
-            _, state = self.store.load_before(fused.operator, worker, self.batch_id)
-            state, moved = self._transition(worker, state, fused.operator, fused.old)
-            rows = fused.feed(emitted)
-            state, output, report = fused.step(state, rows)
-            report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2),
-                          arrivals=self._arrivals(worker, rows), side_state_rows=self._side_counts(state),
-                          state_bytes=int(state.nbytes) if state is not None else 0)
-            self.store.save(fused.operator, worker, self.batch_id, state, report)
-            if output is not None and output.num_rows:
-                yield from _tagged(output, tag, dict(fused.renames), self.output_schema).to_batches()
+        started = time.perf_counter()
+        _, state = self.store.load_before(operator, worker, self.batch_id)
+        state, moved = self._transition(worker, state, operator, old)
+        arrivals = self._arrivals(worker, rows)
+        state, output, report = step(state, rows)
+        report.update(moved_in_rows=moved, task_ms=round(1000 * (time.perf_counter() - started), 2),
+                      arrivals=arrivals, side_state_rows=self._side_counts(state),
+                      state_bytes=int(state.nbytes) if state is not None else 0)
+        self.store.save(operator, worker, self.batch_id, state, report)
+        return output
 
     def _workers_of(self, markers: list[int]) -> list[int]:
         """The workers this Spark task runs, from their marker rows, checked against the partitioning planned."""

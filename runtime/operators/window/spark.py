@@ -83,8 +83,10 @@ class WindowAggregate(KeyedOperator):
         # (part, how it folds, its input as Spark SQL, its Spark type); outputs: out -> (function, parts)
         self.parts: list[tuple[str, str, str, str]] = []
         self.outputs: dict[str, tuple[str, list[str]]] = {}
+        self.columns: dict[str, str | None] = {}  # out -> the column it aggregates (None for count(*))
         for out, text in self.config.aggregates.items():
             function, column = aggregate_call(text)
+            self.columns[out] = column
             kind = self.input_schema.get(column) if column else None
             if function == "count":
                 parts = [(f"__agg_{out}__n", "sum", _indicator(column), "bigint")]
@@ -187,7 +189,7 @@ class WindowAggregate(KeyedOperator):
             return None
         sources = []
         for out, (function, parts) in self.outputs.items():
-            _, column = aggregate_call(config.aggregates[out])
+            column = self.columns[out]
             their_function, their_parts = parent.outputs.get(column or "", ("", []))
             if len(parts) != 1 or len(their_parts) != 1 or their_function not in _ROLLS_UP.get(function, ()):
                 return None
