@@ -243,7 +243,8 @@ def _dashboard_aggregates(index: int) -> dict[str, str]:
 
 
 def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float, kind: str = "variants",
-         rate: float = RATE, bound: bool = False, max_delay_s: int = 0) -> list[dict[str, Any]]:
+         rate: float = RATE, bound: bool = False, max_delay_s: int = 0, jit_quiet: float = 0.0,
+         ) -> list[dict[str, Any]]:
     """``count`` dataflows of the workload (``kind`` ``variants``, dense), the six :func:`dashboards` or the six
     :func:`sliding_dashboards` on ``sana up`` (local Spark, its broker), containment off then on: the cores of the
     whole process tree once all run, with the source producing at ``rate`` records/s.
@@ -253,8 +254,13 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
     minus its cores over exact sharing's bounds what containment can save on the workload. ``max_delay_s``
     gives every sink that ``max_delay`` (a dashboard refreshed every few seconds needs no batch a second).
     ``cores_by_process``: the cores of the Spark JVM, PySpark's Python workers, the service's Python (``driver``)
-    and the broker, from the last submit to the end of the measurement (the settle time included)."""
-    from benchmarks.batch_cost import cores_by_kind, cpu_by_process
+    and the broker, from the last submit to the end of the measurement (the settle time included).
+
+    ``jit_quiet`` (cores, 0: off): before the ``settle_s``, wait until the Spark JVM's JIT compiler threads use less
+    than that (:func:`~benchmarks.batch_cost.settle_jit`): the queries' steady cost rather than the JVM's warm-up.
+    ``jit_settled_s`` is that wait; ``jit_cores`` the compiler threads' cores from its end to the end of the
+    measurement."""
+    from benchmarks.batch_cost import cores_by_kind, cpu_by_process, jit_cpu_s, settle_jit
     from benchmarks.reuse_real import RealService
 
     if bound and kind == "variants":
@@ -278,8 +284,11 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
             for number, document in enumerate(documents, start=1):
                 service.submit(document)
                 print(f"{label}: {number}/{count} submitted", file=sys.stderr, flush=True)
+            settled = settle_jit(service.process.pid, jit_quiet, label=label) if jit_quiet else 0.0
+            jit_before = jit_cpu_s(service.process.pid)
             produced, at, processes = sum(service.produced.values()), time.monotonic(), cpu_by_process(service.process.pid)
             measured = service.measure_step(at, service.cpu_s())
+            jit_cores = (jit_cpu_s(service.process.pid) - jit_before) / (time.monotonic() - at)
             by_kind = cores_by_kind(processes, cpu_by_process(service.process.pid), time.monotonic() - at)
             input_rps = (sum(service.produced.values()) - produced) / (time.monotonic() - at)
             stats = service.client.get("/stats").raise_for_status().json()
@@ -292,7 +301,7 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
                "measured_s": measured["measured_s"], "batches_measured": measured["batches_measured"],
                "cpu_s_per_batch": measured["cpu_s_per_batch"], "running_tasks": measured["running_tasks"],
                "queries": measured["queries"], "containment_shares": stats["containment_shares"], **batches,
-               "cores_by_process": by_kind,
+               "cores_by_process": by_kind, "jit_settled_s": round(settled, 1), "jit_cores": round(jit_cores, 3),
                "sinks": sinks}
         print(json.dumps({key: value for key, value in row.items() if key != "sinks"}), file=sys.stderr, flush=True)
         rows.append(row)
@@ -415,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, default=Path(".sana/bench-containment"))
     parser.add_argument("--settle-s", type=float, default=30.0)
     parser.add_argument("--measure-s", type=float, default=60.0)
+    parser.add_argument("--jit-quiet", type=float, default=0.1, metavar="CORES",
+                        help="real runtime: first wait until the Spark JVM's JIT compiles with under CORES (0: no wait)")
     parser.add_argument("--report", action="store_true",
                         help="write the tables into docs/containment.md and the plot docs/img/containment.png")
     args = parser.parse_args(argv)
@@ -423,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.real:
         rows = real(args.real, args.seed, args.run_dir, args.settle_s, args.measure_s, args.real_workload, args.rate,
-                    args.bound, args.max_delay)
+                    args.bound, args.max_delay, args.jit_quiet)
         suffix = "-real" if args.real_workload == "variants" else f"-real-{args.real_workload}"
         suffix += ("-bound" if args.bound else "") + (f"-delay-{args.max_delay}s" if args.max_delay else "")
         path = args.out.with_name(args.out.stem + suffix + ".json")
