@@ -137,13 +137,13 @@ class KeyedOperator:
     def plan_fused(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[str]],
                    state: Mapping[str, Any], store: WorkerStateStore, scanned: Any,
                    fused: Mapping[str, tuple[KeyedOperator, Mapping[str, Any]]],
-                   ) -> tuple[DataFrame, dict[str, Any], dict[str, tuple[str, dict[str, Any]]], list[DataFrame]]:
+                   ) -> tuple[DataFrame, dict[str, Any], dict[str, tuple[str, dict[str, Any]]], DataFrame | None]:
         """:meth:`plan`, with ``fused`` operators (by id, with their saved driver states; each accepted by its
         :meth:`fuses_into` this one) running in this one's worker tasks on what its step emits. Returns this
         operator's output and draft; each fused operator's output, as a query over a temporary view registered
-        here (its text: no statement of its own is analyzed for it), and its draft; and what it persisted because
-        every output reads it (the shuffle's output, and :meth:`merge_fused`'s; none without fused operators or in
-        an idle batch): unpersist them after the batch."""
+        here (its text: no statement of its own is analyzed for it), and its draft; and the shuffle's output,
+        persisted because every output reads it (None without fused operators or in an idle batch): unpersist it
+        after the batch."""
         saved = state["routing"]
         if int(saved.get("workers", self.workers)) != self.workers:
             raise QueryFailed(f"keyed operator {self.task.id}: its state has {saved['workers']} workers but it is "
@@ -157,7 +157,7 @@ class KeyedOperator:
             for child_id, (child, child_state) in fused.items():  # nothing emitted: nothing for them either
                 child.idle_batches += 1
                 children[child_id] = (child.empty_sql(), {**child_state, IDLE: True})
-            return self._empty(session), {**state, IDLE: True}, children, []
+            return self._empty(session), {**state, IDLE: True}, children, None
         draft = {**state, "routing": routing}
         branches, columns, step, output = self._route(session, inputs, draft, routing, scanned)
         tasks = self.tasks_for(state, routing)
@@ -173,25 +173,17 @@ class KeyedOperator:
         frame = session.sql(shuffle_sql(branches, columns, self.pkeys, tasks)).mapInArrow(task, ddl(schema))
         self._in_flight = (dict(saved), routing)
         if not fused:
-            return self._finish_plan(session, frame, draft), draft, {}, []
+            return self._finish_plan(session, frame, draft), draft, {}, None
         frame = frame.persist()
         # One per operator, replaced every batch; the children's queries are analyzed later, in the batch's
         # statement, so the name must be this operator's alone (a digest: ids that differ only in characters
         # a view name cannot hold stay apart).
-        digest = hashlib.sha1(self.task.id.encode()).hexdigest()[:16]
-        view, persisted = f"sana_tagged_{digest}", [frame]
+        view = "sana_tagged_" + hashlib.sha1(self.task.id.encode()).hexdigest()[:16]
         frame.createOrReplaceTempView(view)
-        members = [(0, self, {})] + [(tag, child, dict(run.renames))
-                                     for tag, (run, (child, _)) in enumerate(zip(runs, fused.values()), 1)]
-        merged = self.merge_fused(session, view, members)
-        if merged is not None:  # every output reads it: computed once (Spark prunes each output's columns, so
-            persisted.append(merged.persist())  # the outputs' plans would not share one shuffle of it)
-            view = f"sana_merged_{digest}"
-            merged.createOrReplaceTempView(view)
-        children = {child_id: (child.tagged_output_sql(view, tag, renames), drafts[child_id])
-                    for child_id, (tag, child, renames) in zip(fused, members[1:])}
+        children = {child_id: (child.tagged_output_sql(view, tag, dict(run.renames)), drafts[child_id])
+                    for tag, (run, (child_id, (child, _))) in enumerate(zip(runs, fused.items()), 1)}
         own = session.sql(self.tagged_output_sql(view, 0, {}))
-        return own, draft, children, persisted
+        return own, draft, children, frame
 
     def finish(self, batch_id: int, draft: dict[str, Any], store: WorkerStateStore) -> dict[str, Any]:
         if draft.get(IDLE):
@@ -343,15 +335,8 @@ class KeyedOperator:
         the tagged output), its draft state for the batch, and the columns it adds to the tagged output."""
         raise NotImplementedError
 
-    def merge_fused(self, session: SparkSession, view: str, members: list[tuple[int, KeyedOperator, Mapping[str, str]]]
-                    ) -> DataFrame | None:
-        """What the fused operators' outputs are read from, given ``view``, the fused shuffle's output, and
-        ``members`` (tag, operator, its columns' names there), this operator first: a relation computed once a
-        batch (persisted), or None for ``view`` itself (the default)."""
-        return None
-
     def tagged_output_sql(self, view: str, tag: int, renames: Mapping[str, str]) -> str:
-        """This operator's output as a query over ``view`` (:meth:`merge_fused`'s): its rows are those tagged
+        """This operator's output as a query over ``view``, a fused shuffle's output: its rows are those tagged
         ``tag``, its worker output's columns there under ``renames`` (else their own names)."""
         raise NotImplementedError
 

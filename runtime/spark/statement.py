@@ -117,9 +117,10 @@ class Statement:
                 state = states.get(task.id) or operator.initial_state()
                 inside = {child: (keyed[child], states.get(child) or keyed[child].initial_state())
                           for child, parent in fused.items() if parent == task.id}
-                output, planned_keyed[task.id], children, persisted = operator.plan_fused(
+                output, planned_keyed[task.id], children, tagged = operator.plan_fused(
                     session, batch_id, relations, state, self._worker_store, scanned, inside)
-                cached.extend(persisted)
+                if tagged is not None:
+                    cached.append(tagged)
                 shuffles = not planned_keyed[task.id].get(IDLE)  # an idle operator's output is an empty relation
                 if shuffles and (consumers.get(task.id, 0) > 1 or task.id in feeds_keyed):  # the shuffle once a batch
                     output = output.persist()

@@ -78,8 +78,8 @@ class Windows:
             outputs["small"] = output.toArrow().to_pylist()
             for name, (text, draft) in children.items():
                 outputs[name], drafts[name] = self.spark.sql(text).toArrow().to_pylist(), draft
-            for frame in shared:
-                frame.unpersist()
+            if shared is not None:
+                shared.unpersist()
         else:
             output, drafts["small"] = self.small.plan(self.spark, self.batch_id, relations, self.states["small"], self.store)
             table = output.toArrow()

@@ -153,48 +153,25 @@ class WindowAggregate(KeyedOperator):
         frame.createOrReplaceTempView(view)  # one per operator, replaced every batch
         return session.sql(self.output_sql(view))
 
-    def output_sql(self, view: str) -> str:
-        """The outputs from the emitted partials in ``view``, merged across workers: a key Reshape splits has
-        partials at several.
+    def tagged_output_sql(self, view: str, tag: int, renames: Mapping[str, str]) -> str:
+        return self.output_sql(view, f"{TAG} = {tag}", renames)
+
+    def output_sql(self, view: str, where: str | None = None, renames: Mapping[str, str] = {}) -> str:
+        """The outputs from the emitted partials in ``view`` (those ``where`` holds; a part in column
+        ``renames.get(part, part)``), merged across workers: a key Reshape splits has partials at several.
 
         The merge's shuffle also names the output: its partitions depend on the keys alone, so a replayed batch
         writes each row at the place it had, whatever routing the replay runs (a pending move is not kept)."""
         keys = [_col(key) for key in self.config.keys]
-        merged = {name: f"{how}({_col(name)})" for name, how, _, _ in self.parts}
-        return (f"SELECT {', '.join(self._output_columns(merged))} FROM {view} GROUP BY {', '.join([*keys, START, END])}"
-                f"{self._sort_by()}")
-
-    def merge_fused(self, session: SparkSession, view: str, members: list[tuple[int, KeyedOperator, Mapping[str, str]]]
-                    ) -> DataFrame:
-        """Every fused member's partials merged across workers in one aggregation, grouped by tag, keys and window:
-        one shuffle for the window and its roll-ups, where each output had its own. Each member's part column
-        (under its renamed name) is folded as that member folds it; a column is null in other members' rows, and
-        an aggregate skips nulls. Partitioned by tag, keys and window alone, so a replay names rows as the first
-        attempt did (:meth:`output_sql`)."""
-        keys = [_col(key) for key in self.config.keys]
-        columns = [TAG, *keys, START, END]
-        for _, member, renames in members:
-            assert isinstance(member, WindowAggregate), member
-            columns += [f"{how}({_col(renames.get(name, name))}) AS {_col(renames.get(name, name))}"
-                        for name, how, _, _ in member.parts]
-        return session.sql(f"SELECT {', '.join(columns)} FROM {view} GROUP BY {', '.join([TAG, *keys, START, END])}")
-
-    def tagged_output_sql(self, view: str, tag: int, renames: Mapping[str, str]) -> str:
-        merged = {name: _col(renames.get(name, name)) for name, _, _, _ in self.parts}
-        return f"SELECT {', '.join(self._output_columns(merged))} FROM {view} WHERE {TAG} = {tag}{self._sort_by()}"
-
-    def _output_columns(self, merged: Mapping[str, str]) -> list[str]:
-        """The output's columns, each part's merged value given by ``merged`` (part -> SQL)."""
-        columns = [*(_col(key) for key in self.config.keys), f"{START} AS window_start", f"{END} AS window_end"]
         schema = self.task.schema
+        columns = [*keys, f"{START} AS window_start", f"{END} AS window_end"]
         for out, (function, parts) in self.outputs.items():
-            values = [merged[name] for name, _, _, _ in self.parts if name in parts]
-            value = f"CASE WHEN {values[1]} > 0 THEN {values[0]} / {values[1]} END" if function == "avg" else values[0]
+            merged = [f"{how}({_col(renames.get(name, name))})" for name, how, _, _ in self.parts if name in parts]
+            value = f"CASE WHEN {merged[1]} > 0 THEN {merged[0]} / {merged[1]} END" if function == "avg" else merged[0]
             columns.append(f"CAST({value} AS {schema[out]}) AS {_col(out)}")
-        return columns
-
-    def _sort_by(self) -> str:
-        return f" SORT BY window_start{''.join(f', {_col(key)}' for key in self.config.keys)}"
+        filtered = "" if where is None else f" WHERE {where}"
+        return (f"SELECT {', '.join(columns)} FROM {view}{filtered} GROUP BY {', '.join([*keys, START, END])} "
+                f"SORT BY window_start{''.join(f', {key}' for key in keys)}")
 
     # -- a roll-up in the window's own worker tasks ------------------------------------------
 
