@@ -66,47 +66,6 @@ def cpu_by_process(root: int | None = None) -> dict[int, tuple[str, float]]:
     return found
 
 
-def jit_cpu_s(root: int) -> float:
-    """CPU seconds used so far by the JIT compiler threads of the JVMs under ``root`` (HotSpot's ``C1 CompilerThread``
-    and ``C2 CompilerThread``; read from /proc, so 0 where there is none)."""
-    total = 0.0
-    for pid, (kind, _) in cpu_by_process(root).items():
-        if kind != "jvm":
-            continue
-        tasks = Path(f"/proc/{pid}/task")
-        for task in tasks.iterdir() if tasks.is_dir() else ():
-            try:
-                if not (task / "comm").read_text().startswith(("C1 CompilerThre", "C2 CompilerThre")):
-                    continue
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:  # the thread ended between the listing and the reading
-                continue
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-    return total
-
-
-def settle_jit(root: int, quiet_cores: float, window_s: float = 20.0, max_s: float = 900.0, label: str = "") -> float:
-    """Wait until the JVMs under ``root`` compile with under ``quiet_cores`` over ``window_s`` (at most ``max_s``);
-    the seconds waited.
-
-    A fresh Spark JVM's JIT compiles Spark's planner and the queries' generated code for minutes: a core or more in
-    the first minute (the JVM of six windows: 62 CPU-s of compiling in its first 100 s), a tenth of a core five
-    minutes on. A measurement that starts 30 s after the last submit measures mostly that, not the queries' steady
-    cost (docs/containment.md, "Reading the real-runtime numbers")."""
-    began = time.monotonic()
-    before = jit_cpu_s(root)
-    while time.monotonic() - began < max_s:
-        time.sleep(window_s)
-        now = jit_cpu_s(root)
-        cores = (now - before) / window_s
-        print(f"{label}: JIT {cores:.3f} cores after {time.monotonic() - began:.0f} s (waiting for < {quiet_cores})",
-              file=sys.stderr, flush=True)
-        if cores < quiet_cores:
-            break
-        before = now
-    return time.monotonic() - began
-
-
 def cores_by_kind(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], seconds: float) -> dict[str, float]:
     """Cores by kind of process between two readings; a process that exited in between is left out (its time is
     not readable any more), one that started counts from zero."""

@@ -41,12 +41,9 @@ from typing import Any
 
 from benchmarks.reuse import workloads
 from benchmarks.reuse_real import RealService, records_for
-from benchmarks.reuse_replay import jvm_counters, jvm_pid, process_tree, program_name, replay, steps_to, thread_cpu
+from benchmarks.reuse_replay import (JIT_THREADS, jvm_counters, jvm_pid, process_tree, program_name, replay, steps_to,
+                                    thread_cpu)
 from runtime import costs
-
-#: Thread names of the JVM's just-in-time compilers (C1, C2) as /proc shows them.
-JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
-
 
 def _queries(service: RealService) -> dict[str, dict[str, Any]]:
     listed = service.client.get("/runtime/queries").raise_for_status().json()["queries"]

@@ -257,10 +257,11 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
     and the broker, from the last submit to the end of the measurement (the settle time included).
 
     ``jit_quiet`` (cores, 0: off): before the ``settle_s``, wait until the Spark JVM's JIT compiler threads use less
-    than that (:func:`~benchmarks.batch_cost.settle_jit`): the queries' steady cost rather than the JVM's warm-up.
+    than that (:func:`~benchmarks.reuse_replay.settle_jit`): the queries' steady cost rather than the JVM's warm-up.
     ``jit_settled_s`` is that wait; ``jit_cores`` the compiler threads' cores from its end to the end of the
     measurement."""
-    from benchmarks.batch_cost import cores_by_kind, cpu_by_process, jit_cpu_s, settle_jit
+    from benchmarks.batch_cost import cores_by_kind, cpu_by_process
+    from benchmarks.reuse_replay import jit_cpu_s, settle_jit
     from benchmarks.reuse_real import RealService
 
     if bound and kind == "variants":

@@ -58,6 +58,41 @@ def thread_cpu(pids: dict[int, str]) -> dict[tuple[int, str, str], float]:
     return result
 
 
+#: Thread names of the JVM's just-in-time compilers (C1, C2) as /proc shows them.
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def jit_cpu_s(root: int) -> float:
+    """CPU seconds the Spark JVM under ``root`` has spent compiling so far (its :data:`JIT_THREADS`; 0 without one)."""
+    pids = process_tree(root)
+    jvm = jvm_pid(pids)
+    if jvm is None:
+        return 0.0
+    return sum(used for (_, _, name), used in thread_cpu({jvm: pids[jvm]}).items() if name.startswith(JIT_THREADS))
+
+
+def settle_jit(root: int, quiet_cores: float, window_s: float = 20.0, max_s: float = 900.0, label: str = "") -> float:
+    """Wait until the JVMs under ``root`` compile with under ``quiet_cores`` over ``window_s`` (at most ``max_s``);
+    the seconds waited.
+
+    A fresh Spark JVM's JIT compiles Spark's planner and the queries' generated code for minutes: a core or more in
+    the first minute (the JVM of six windows: 62 CPU-s of compiling in its first 100 s), a tenth of a core five
+    minutes on. A measurement that starts 30 s after the last submit measures mostly that, not the queries' steady
+    cost (docs/containment.md, "Reading the real-runtime numbers")."""
+    began = time.monotonic()
+    before = jit_cpu_s(root)
+    while time.monotonic() - began < max_s:
+        time.sleep(window_s)
+        now = jit_cpu_s(root)
+        cores = (now - before) / window_s
+        print(f"{label}: JIT {cores:.3f} cores after {time.monotonic() - began:.0f} s (waiting for < {quiet_cores})",
+              file=sys.stderr, flush=True)
+        if cores < quiet_cores:
+            break
+        before = now
+    return time.monotonic() - began
+
+
 def program_name(pids: dict[int, str], pid: int) -> str:
     """The program ``pid`` runs, by the file name of its command (``(exited)`` when gone).
 

@@ -21,18 +21,3 @@ def test_cores_leave_out_a_process_that_exited_and_count_a_new_one_from_zero():
     before = {1: ("jvm", 10.0), 2: ("python_workers", 4.0), 3: ("python_workers", 9.0)}
     after = {1: ("jvm", 14.0), 2: ("python_workers", 5.0), 4: ("python_workers", 1.0)}  # 3 exited, 4 started
     assert batch_cost.cores_by_kind(before, after, 2.0) == {"jvm": 2.0, "python_workers": 1.0}
-
-
-def test_jit_time_is_zero_without_a_jvm_and_settling_then_returns_after_one_window():
-    import subprocess
-    import time
-
-    sleeper = subprocess.Popen(["sleep", "30"])  # a tree without a JVM (pytest's may hold Spark's)
-    try:
-        assert batch_cost.jit_cpu_s(sleeper.pid) == 0.0
-        began = time.monotonic()
-        assert batch_cost.settle_jit(sleeper.pid, quiet_cores=0.1, window_s=0.05, max_s=5.0) < 1.0
-        assert time.monotonic() - began < 1.0
-    finally:
-        sleeper.kill()
-        sleeper.wait()
