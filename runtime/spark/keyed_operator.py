@@ -44,7 +44,8 @@ import hashlib
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -64,6 +65,30 @@ from runtime.spark.worker_state import WorkerStateStore
 NOT_SCANNED: Any = object()  # plan() without a scan answered by the fragment: the operator runs its own
 IDLE = "__idle__"  # in a batch's draft state: the operator had nothing to do (removed by finish())
 FUSED = "__fused__"  # in a batch's draft state: the operator it ran inside (removed by finish())
+
+
+@dataclass(frozen=True)
+class TaggedOutput:
+    """An output written straight from a fused shuffle's output (:meth:`KeyedOperator.combined_output_sql`): the
+    operator's rows tagged ``tag`` there (its columns under ``renames``), to ``topic`` as slot ``slot`` names them;
+    ``casts`` the sink's columns and types when a sink writes them, None when the operator's output is written."""
+
+    tag: int
+    operator: "KeyedOperator"
+    renames: Mapping[str, str]
+    topic: str
+    slot: int
+    casts: Schema | None = None
+
+
+class FusedOutput(NamedTuple):
+    """A fused operator's part of a batch (:meth:`KeyedOperator.plan_fused`): its output as a query over the fused
+    shuffle's output, its draft state, its tag there and its worker output's columns there (``renames``)."""
+
+    sql: str
+    draft: dict[str, Any]
+    tag: int
+    renames: Mapping[str, str]
 
 
 def max_of_each(queries: Sequence[str]) -> str:
@@ -137,13 +162,14 @@ class KeyedOperator:
     def plan_fused(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[str]],
                    state: Mapping[str, Any], store: WorkerStateStore, scanned: Any,
                    fused: Mapping[str, tuple[KeyedOperator, Mapping[str, Any]]],
-                   ) -> tuple[DataFrame, dict[str, Any], dict[str, tuple[str, dict[str, Any]]], DataFrame | None]:
+                   ) -> tuple[DataFrame | str, dict[str, Any], dict[str, FusedOutput], DataFrame | None]:
         """:meth:`plan`, with ``fused`` operators (by id, with their saved driver states; each accepted by its
         :meth:`fuses_into` this one) running in this one's worker tasks on what its step emits. Returns this
         operator's output and draft; each fused operator's output, as a query over a temporary view registered
-        here (its text: no statement of its own is analyzed for it), and its draft; and the shuffle's output,
-        persisted because every output reads it (None without fused operators or in an idle batch): unpersist it
-        after the batch."""
+        here (its text: no statement is analyzed for it unless it is read), and its draft; and the shuffle's
+        output, registered as that view (None without fused operators or in an idle batch, when their tags are 0). With fused operators,
+        this operator's output is such a query text too. The shuffle's output is not persisted: persist it when it
+        is read more than once, and unpersist it after the batch (:attr:`tagged_view` names its view)."""
         saved = state["routing"]
         if int(saved.get("workers", self.workers)) != self.workers:
             raise QueryFailed(f"keyed operator {self.task.id}: its state has {saved['workers']} workers but it is "
@@ -156,7 +182,7 @@ class KeyedOperator:
             children = {}
             for child_id, (child, child_state) in fused.items():  # nothing emitted: nothing for them either
                 child.idle_batches += 1
-                children[child_id] = (child.empty_sql(), {**child_state, IDLE: True})
+                children[child_id] = FusedOutput(child.empty_sql(), {**child_state, IDLE: True}, 0, {})
             return self._empty(session), {**state, IDLE: True}, children, None
         draft = {**state, "routing": routing}
         branches, columns, step, output = self._route(session, inputs, draft, routing, scanned)
@@ -174,16 +200,19 @@ class KeyedOperator:
         self._in_flight = (dict(saved), routing)
         if not fused:
             return self._finish_plan(session, frame, draft), draft, {}, None
-        frame = frame.persist()
         # One per operator, replaced every batch; the children's queries are analyzed later, in the batch's
-        # statement, so the name must be this operator's alone (a digest: ids that differ only in characters
-        # a view name cannot hold stay apart).
-        view = "sana_tagged_" + hashlib.sha1(self.task.id.encode()).hexdigest()[:16]
-        frame.createOrReplaceTempView(view)
-        children = {child_id: (child.tagged_output_sql(view, tag, dict(run.renames)), drafts[child_id])
+        # statement, so the name must be this operator's alone.
+        frame.createOrReplaceTempView(self.tagged_view)
+        children = {child_id: FusedOutput(child.tagged_output_sql(self.tagged_view, tag, dict(run.renames)),
+                                          drafts[child_id], tag, dict(run.renames))
                     for tag, (run, (child_id, (child, _))) in enumerate(zip(runs, fused.items()), 1)}
-        own = session.sql(self.tagged_output_sql(view, 0, {}))
-        return own, draft, children, frame
+        return self.tagged_output_sql(self.tagged_view, 0, {}), draft, children, frame
+
+    @property
+    def tagged_view(self) -> str:
+        """The temporary view of this operator's fused shuffle output (a digest of its id: ids that differ only in
+        characters a view name cannot hold stay apart)."""
+        return "sana_tagged_" + hashlib.sha1(self.task.id.encode()).hexdigest()[:16]
 
     def finish(self, batch_id: int, draft: dict[str, Any], store: WorkerStateStore) -> dict[str, Any]:
         if draft.get(IDLE):
@@ -339,6 +368,12 @@ class KeyedOperator:
         """This operator's output as a query over ``view``, a fused shuffle's output: its rows are those tagged
         ``tag``, its worker output's columns there under ``renames`` (else their own names)."""
         raise NotImplementedError
+
+    def combined_output_sql(self, view: str, outputs: Sequence[TaggedOutput], partitions: int) -> str | None:
+        """The encoded rows (``topic, value, seq``) of ``outputs`` (this operator's and those fused into it) from its
+        fused shuffle's output ``view`` in one relation, each row named as its output alone names it, its merge's
+        shuffle having ``partitions``; None if this operator cannot (the default)."""
+        return None
 
     def _fusing(self, step: Any) -> Any:
         """The step to run when operators are fused into this one (its output then keeps the bucket)."""

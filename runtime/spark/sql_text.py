@@ -44,6 +44,8 @@ def parse_sql(raw: str, topic: str, schema: Schema) -> str:
 
 #: Where an output's slot starts in ``seq``: below it, Spark's ``monotonically_increasing_id`` (partition << 33 | row).
 SEQ_SLOT_SHIFT = 55
+#: Where the partition starts in ``monotonically_increasing_id`` (below it, the row's place in its partition).
+PARTITION_SHIFT = 33
 
 
 def encode_sql(relation: str, topic: str, slot: int = 0) -> str:
@@ -54,3 +56,12 @@ def encode_sql(relation: str, topic: str, slot: int = 0) -> str:
     """
     return f"SELECT {literal(topic)} AS topic, to_json(struct(*)) AS value, " \
            f"{slot << SEQ_SLOT_SHIFT} + monotonically_increasing_id() AS seq FROM {relation}"
+
+
+def json_sql(columns: list[tuple[str, str]]) -> str:
+    """A row's JSON, as ``to_json(struct(*))`` writes a relation of these ``(name, SQL value)`` columns.
+
+    >>> json_sql([("a", "x + 1"), ("b", "y")])
+    "to_json(named_struct('a', x + 1, 'b', y))"
+    """
+    return f"to_json(named_struct({', '.join(f'{literal(name)}, {value}' for name, value in columns)}))"

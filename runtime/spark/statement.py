@@ -28,7 +28,7 @@ from runtime.operators import get_operator
 from runtime.plan import TaskSpec
 from runtime.spark import operators as spark_operators
 from runtime.spark.kafka_source import NAME as SOURCE_FORMAT
-from runtime.spark.keyed_operator import IDLE, NOT_SCANNED, max_of_each
+from runtime.spark.keyed_operator import IDLE, NOT_SCANNED, FusedOutput, TaggedOutput, max_of_each
 from runtime.spark.live_plan import LivePlan, consumer_counts, seq_slots
 from runtime.spark.replays import replays
 from runtime.spark.sql_text import encode_sql, literal, parse_sql
@@ -80,6 +80,12 @@ class Statement:
             fused = fusions(plan.tasks, keyed, states)
             for parent in fused.values():  # a fused task reads its parent's shuffle, not its output
                 consumers[parent] -= 1
+            slots = seq_slots(plan.outputs)
+            together = written_together(plan, fused, consumers)
+            for paths in together.values():  # written from the shuffle's output: their relations are not read for it
+                count_readers(consumers, paths, -1)
+            partitions = merge_partitions(session)
+            combined: list[str] = []  # the branches that write the outputs of ``together``, one per fused shuffle
             feeds_keyed = {parent for task in plan.tasks if task.id in keyed and task.id not in fused
                            for _, parent in task.inputs}
             new_states: dict[str, Any] = {}
@@ -119,19 +125,33 @@ class Statement:
                           for child, parent in fused.items() if parent == task.id}
                 output, planned_keyed[task.id], children, tagged = operator.plan_fused(
                     session, batch_id, relations, state, self._worker_store, scanned, inside)
+                branch = None
+                if tagged is not None and task.id in together and partitions:
+                    single = operator.tasks_for(state, planned_keyed[task.id]["routing"]) == 1  # as plan_fused did
+                    branch = operator.combined_output_sql(operator.tagged_view, tagged_outputs(
+                        plan, task.id, together[task.id], children, keyed, slots), 1 if single else partitions)
+                if branch is None:  # (an idle batch: no shuffle) each output from its operator's relation
+                    count_readers(consumers, together.pop(task.id, {}), +1)
+                else:
+                    combined.append(branch)
                 if tagged is not None:
-                    cached.append(tagged)
-                shuffles = not planned_keyed[task.id].get(IDLE)  # an idle operator's output is an empty relation
-                if shuffles and (consumers.get(task.id, 0) > 1 or task.id in feeds_keyed):  # the shuffle once a batch
-                    output = output.persist()
-                    cached.append(output)
-                view = f"{token}_k{len(views)}"
-                output.createOrReplaceTempView(view)
-                views.append(view)
-                define(task.id, f"SELECT * FROM {view}")
-                for child, (text, child_draft) in children.items():  # queries over the persisted shuffle's output
-                    planned_keyed[child] = child_draft
-                    define(child, text, materialize=consumers.get(child, 0) > 1 or child in feeds_keyed)
+                    readers = sum(consumers.get(member, 0) for member in [task.id, *children]) + (branch is not None)
+                    if readers > 1:  # the shuffle once a batch
+                        cached.append(tagged.persist())
+                if isinstance(output, str):  # a query over the fused shuffle's output, like the children's
+                    define(task.id, output, materialize=consumers.get(task.id, 0) > 1 or task.id in feeds_keyed)
+                else:
+                    shuffles = not planned_keyed[task.id].get(IDLE)  # an idle operator's output is an empty relation
+                    if shuffles and (consumers.get(task.id, 0) > 1 or task.id in feeds_keyed):  # the shuffle once a batch
+                        output = output.persist()
+                        cached.append(output)
+                    view = f"{token}_k{len(views)}"
+                    output.createOrReplaceTempView(view)
+                    views.append(view)
+                    define(task.id, f"SELECT * FROM {view}")
+                for child, fused_output in children.items():  # queries over the shuffle's output
+                    planned_keyed[child] = fused_output.draft
+                    define(child, fused_output.sql, materialize=consumers.get(child, 0) > 1 or child in feeds_keyed)
 
             # In layers: first what no keyed output feeds; then one job answers the scans of the keyed operators
             # whose inputs are built (a window's largest event time), instead of a job per operator; then what
@@ -159,12 +179,13 @@ class Statement:
                 for task in plan.tasks:
                     if depth[task.id] == layer and task.id in keyed and task.id not in fused:
                         build(task, scanned.get(task.id, NOT_SCANNED))
-            slots = seq_slots(plan.outputs)
-            union = " UNION ALL ".join(encode_sql(names[task_id], topic, slots[(task_id, topic)])
-                                       for task_id, topic in plan.outputs)
+            alone = [output for output in plan.outputs
+                     if not any(output in paths.values() for paths in together.values())]
+            union = " UNION ALL ".join([*(encode_sql(names[task_id], topic, slots[(task_id, topic)])
+                                          for task_id, topic in alone), *combined])
             if fold:
                 union = f"{union} UNION ALL {_origins_sql(token, set(plan.reads.values()))}"
-            output = session.sql(ctes.statement(union, [names[task_id] for task_id, _ in plan.outputs]))
+            output = session.sql(ctes.statement(union, [names[task_id] for task_id, _ in alone]))
             headers = [("sana.writer", self.id.encode()), ("sana.run", self.run.encode()), ("sana.batch", str(batch_id).encode())]
             planned = time.perf_counter()
             if probe:
@@ -378,6 +399,67 @@ def fusions(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any],
                 and keyed[task.id].fuses_into(keyed[parents[0]]) and _placeable(states.get(task.id), states.get(parents[0]))):
             fused[task.id] = parents[0]
     return fused
+
+
+def written_together(plan: LivePlan, fused: Mapping[str, str],
+                     consumers: Mapping[str, int]) -> dict[str, dict[str, tuple[str, str]]]:
+    """Per keyed task others run inside (``fused``), the operators of its shuffle (itself and those) whose one
+    output is written straight from the shuffle's output: each with that output ``(task id, topic)``, its own or a
+    sink's that reads it alone. Only where two or more are: one output alone is encoded as any other.
+
+    >>> from types import SimpleNamespace as T
+    >>> plan = T(tasks=[T(id="w", type="window_aggregate", inputs=[("in", "s")]),
+    ...                 T(id="r", type="window_aggregate", inputs=[("in", "w")]),
+    ...                 T(id="o", type="sink", inputs=[("in", "w")]), T(id="p", type="sink", inputs=[("in", "r")])],
+    ...          outputs=(("o", "out-w"), ("p", "out-r")))
+    >>> written_together(plan, {"r": "w"}, {})
+    {'w': {'w': ('o', 'out-w'), 'r': ('p', 'out-r')}}
+    >>> written_together(T(tasks=plan.tasks, outputs=(*plan.outputs, ("r", "tap-r"))), {"r": "w"}, {})
+    {}
+    """
+    by_id = {task.id: task for task in plan.tasks}
+    paths: dict[str, list[tuple[str, str]]] = {}
+    for task_id, topic in plan.outputs:
+        task = by_id.get(task_id)
+        member = task.inputs[0][1] if task is not None and task.type == "sink" and len(task.inputs) == 1 else task_id
+        paths.setdefault(member, []).append((task_id, topic))
+    together = {}
+    for parent in dict.fromkeys(fused.values()):
+        members = [parent, *(child for child, theirs in fused.items() if theirs == parent)]
+        group = {member: paths[member][0] for member in members if len(paths.get(member, ())) == 1}
+        if len(group) > 1:
+            together[parent] = group
+    return together
+
+
+def count_readers(consumers: dict[str, int], paths: Mapping[str, tuple[str, str]], change: int) -> None:
+    """Add ``change`` to the readers of what each output of ``paths`` (member -> its output) reads: the member's
+    relation, and the sink's when a sink writes it."""
+    for member, (task_id, _) in paths.items():
+        consumers[task_id] = consumers.get(task_id, 0) + change
+        if task_id != member:
+            consumers[member] = consumers.get(member, 0) + change
+
+
+def merge_partitions(session) -> int | None:
+    """The partitions of a keyed operator's merge in this session, which name its rows; None when adaptive
+    execution may change them (then every output is encoded from its own merge)."""
+    if session.conf.get("spark.sql.adaptive.enabled", "false").lower() == "true":
+        return None
+    return int(session.conf.get("spark.sql.shuffle.partitions"))
+
+
+def tagged_outputs(plan: LivePlan, parent: str, paths: Mapping[str, tuple[str, str]],
+                   children: Mapping[str, FusedOutput], keyed: Mapping[str, Any],
+                   slots: Mapping[tuple[str, str], int]) -> list[TaggedOutput]:
+    """The outputs ``paths`` (member -> its output) of ``parent``'s fused shuffle as its output names them."""
+    by_id = {task.id: task for task in plan.tasks}
+    outputs = []
+    for member, (task_id, topic) in paths.items():
+        tag, renames = (0, {}) if member == parent else (children[member].tag, children[member].renames)
+        casts = by_id[task_id].schema if task_id != member else None
+        outputs.append(TaggedOutput(tag, keyed[member], renames, topic, slots[(task_id, topic)], casts))
+    return outputs
 
 
 def _placeable(state: Mapping[str, Any] | None, parents: Mapping[str, Any] | None) -> bool:

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from runtime.operators.window.spark import WindowAggregate
-from runtime.spark.keyed_operator import NOT_SCANNED
+from runtime.spark.keyed_operator import NOT_SCANNED, FusedOutput, TaggedOutput
 from runtime.plan import TaskSpec
 from runtime.spark.reshape import ReshapeSettings
 from runtime.spark.session import spark_session
 from runtime.spark.shuffle import BUCKETS
-from runtime.spark.sql_text import ddl
+from runtime.spark.sql_text import cast_columns, ddl, encode_sql
 from runtime.spark.statement import fusions
 from runtime.spark.worker_state import WorkerStateStore
 from tests.fixtures.keyed import keyed_task
@@ -75,11 +75,9 @@ class Windows:
             inside = {name: (op, self.states[name]) for name, op in self.rollups.items()}
             output, drafts["small"], children, shared = self.small.plan_fused(
                 self.spark, self.batch_id, relations, self.states["small"], self.store, NOT_SCANNED, inside)
-            outputs["small"] = output.toArrow().to_pylist()
-            for name, (text, draft) in children.items():
-                outputs[name], drafts[name] = self.spark.sql(text).toArrow().to_pylist(), draft
-            if shared is not None:
-                shared.unpersist()
+            outputs["small"] = (self.spark.sql(output) if isinstance(output, str) else output).toArrow().to_pylist()
+            for name, child in children.items():
+                outputs[name], drafts[name] = self.spark.sql(child.sql).toArrow().to_pylist(), child.draft
         else:
             output, drafts["small"] = self.small.plan(self.spark, self.batch_id, relations, self.states["small"], self.store)
             table = output.toArrow()
@@ -251,3 +249,56 @@ def test_a_roll_up_fused_after_running_on_its_own_routing_moves_its_state_to_the
     assert sum(operator.moved_rows for operator in switching.rollups.values()) > 0
     for name in ["small", *rollups]:
         assert emitted[id(switching)][name] == emitted[id(reference)][name], name
+
+
+def encoded_alone(spark, windows: Windows, outputs: list[TaggedOutput], own: str,
+                  children: dict[str, FusedOutput]) -> list[tuple[str, str, int]]:
+    """Each output encoded from its own merge, as the fragment encodes an output that is not written together."""
+    relations = {0: own, **{child.tag: child.sql for child in children.values()}}
+    branches = []
+    for output in outputs:
+        relation = f"({relations[output.tag]})"
+        if output.casts is not None:
+            relation = f"(SELECT {cast_columns(output.casts)} FROM {relation})"
+        branches.append(encode_sql(relation, output.topic, output.slot))
+    return sorted(tuple(row.values()) for row in spark.sql(" UNION ALL ".join(branches)).toArrow().to_pylist())
+
+
+def test_outputs_written_together_are_named_as_each_alone(spark, tmp_path):
+    """The window's and its roll-ups' outputs from one merge (combined_output_sql) are the rows each output's own
+    merge gives, with the same names (sana.seq), in batches run in one Spark task and in several; and so they are
+    with one roll-up left out (a replay after its removal names the others' rows as before)."""
+    rollups = {"r1": rollup_config("20 seconds"), "r2": rollup_config("1 minutes"), "r3": rollup_config("30 seconds")}
+    windows = Windows(spark, tmp_path, rollups, fuse=True, workers=4)
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    assert partitions > 1
+    both_kinds = set()
+    for batch in range(8):
+        # A large batch makes the next one run its workers in several Spark tasks (their merges then shuffle).
+        records = in_order(batch, 25_000 if batch in (2, 5) else 300, seed=batch)
+        windows.spark.createDataFrame(records, ddl(SCHEMA)).createOrReplaceTempView("records_named")
+        inside = {name: (op, windows.states[name]) for name, op in windows.rollups.items()}
+        own, draft, children, tagged = windows.small.plan_fused(
+            spark, batch, {"in": ["SELECT * FROM records_named"]}, windows.states["small"], windows.store, NOT_SCANNED,
+            inside)
+        tagged.persist()
+        try:
+            single = windows.small.tasks_for(windows.states["small"], draft["routing"]) == 1
+            both_kinds.add(single)
+            outputs = [TaggedOutput(0, windows.small, {}, "out-small", 7, windows.small.task.schema),
+                       *(TaggedOutput(child.tag, windows.rollups[name], child.renames, f"out-{name}", 40 + child.tag)
+                         for name, child in children.items())]
+            expected = encoded_alone(spark, windows, outputs, own, children)
+            together = windows.small.combined_output_sql(windows.small.tagged_view, outputs, 1 if single else partitions)
+            got = sorted(tuple(row.values()) for row in spark.sql(together).toArrow().to_pylist())
+            assert got == expected, f"batch {batch}"
+            fewer = [output for output in outputs if output.topic != "out-r1"]
+            fewer_sql = windows.small.combined_output_sql(windows.small.tagged_view, fewer, 1 if single else partitions)
+            assert sorted(tuple(row.values()) for row in spark.sql(fewer_sql).toArrow().to_pylist()) == \
+                [row for row in expected if row[0] != "out-r1"], f"batch {batch}"
+        finally:
+            tagged.unpersist()
+        windows.states["small"] = windows.small.finish(batch, draft, windows.store)
+        for name, child in children.items():
+            windows.states[name] = windows.rollups[name].finish(batch, child.draft, windows.store)
+    assert both_kinds == {True, False}

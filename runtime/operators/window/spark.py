@@ -38,7 +38,7 @@ seen).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -52,7 +52,8 @@ from runtime.operators.window import WINDOW_COLUMNS, WindowAggregateConfig, aggr
 from runtime.plan import TaskSpec
 from runtime.spark.frames import arrow_type
 from runtime.spark.shuffle import BUCKET, PKEY, Routing, branch
-from runtime.spark.keyed_operator import FUSED, NOT_SCANNED, KeyedOperator
+from runtime.spark.sql_text import PARTITION_SHIFT, SEQ_SLOT_SHIFT, json_sql, literal
+from runtime.spark.keyed_operator import FUSED, NOT_SCANNED, KeyedOperator, TaggedOutput
 from runtime.spark.reshape import ReshapeSettings
 from runtime.operators.window.worker import END, START, TS, WindowStep, part_input, rollup_rows
 from runtime.spark.worker_task import TAG, Fused
@@ -61,6 +62,8 @@ _DECIMAL_SUM = "decimal(38,{scale})"
 WINDOW_START = WINDOW_COLUMNS[0]
 #: A roll-up's aggregate -> the aggregates of the small window it folds as they are (a sum of counts is a count).
 _ROLLS_UP = {"sum": ("count", "sum"), "min": ("min",), "max": ("max",)}
+#: In a combined merge (:meth:`WindowAggregate.combined_output_sql`): the partition a row's own merge would put it in.
+_PLACE = "__sana_place"
 
 
 def _col(name: str) -> str:
@@ -163,15 +166,63 @@ class WindowAggregate(KeyedOperator):
         The merge's shuffle also names the output: its partitions depend on the keys alone, so a replayed batch
         writes each row at the place it had, whatever routing the replay runs (a pending move is not kept)."""
         keys = [_col(key) for key in self.config.keys]
-        schema = self.task.schema
-        columns = [*keys, f"{START} AS window_start", f"{END} AS window_end"]
-        for out, (function, parts) in self.outputs.items():
-            merged = [f"{how}({_col(renames.get(name, name))})" for name, how, _, _ in self.parts if name in parts]
-            value = f"CASE WHEN {merged[1]} > 0 THEN {merged[0]} / {merged[1]} END" if function == "avg" else merged[0]
-            columns.append(f"CAST({value} AS {schema[out]}) AS {_col(out)}")
+        merged = {name: f"{how}({_col(renames.get(name, name))})" for name, how, _, _ in self.parts}
+        columns = [f"{value} AS {_col(name)}" for name, value in self._output_columns(merged, START, END)]
         filtered = "" if where is None else f" WHERE {where}"
         return (f"SELECT {', '.join(columns)} FROM {view}{filtered} GROUP BY {', '.join([*keys, START, END])} "
                 f"SORT BY window_start{''.join(f', {key}' for key in keys)}")
+
+    def _output_columns(self, merged: Mapping[str, str], start: str, end: str) -> list[tuple[str, str]]:
+        """The output's columns in order, each ``(name, SQL value)``, given each part's merged value (``merged``)
+        and the window's start and end columns."""
+        schema = self.task.schema
+        columns = [*((key, _col(key)) for key in self.config.keys), ("window_start", start), ("window_end", end)]
+        for out, (function, parts) in self.outputs.items():
+            values = [merged[name] for name, _, _, _ in self.parts if name in parts]
+            value = f"CASE WHEN {values[1]} > 0 THEN {values[0]} / {values[1]} END" if function == "avg" else values[0]
+            columns.append((out, f"CAST({value} AS {schema[out]})"))
+        return columns
+
+    def combined_output_sql(self, view: str, outputs: Sequence[TaggedOutput], partitions: int) -> str:
+        """The encoded rows (``topic, value, seq``, as :func:`~runtime.spark.sql_text.encode_sql` gives them) of
+        several outputs of a fused shuffle's output ``view``, this window's and its roll-ups', from one merge.
+
+        Each output alone is merged by a shuffle of its own (:meth:`output_sql`) and named by where that shuffle
+        puts its rows: a row's partition is the hash of its keys and window modulo the shuffle's ``partitions``,
+        its place there its rank by window start and keys. Here one shuffle merges them all: it computes that
+        partition as a column, distributes by it, and ranks each output's rows within it, so every row gets the
+        very name it gets alone, whatever other outputs share the merge (a replay after a removal names them
+        alike). ``partitions`` is 1 when the fused shuffle ran in one Spark task: its output is one partition, which
+        each merge keeps (no shuffle of its own). Needs every roll-up's keys to be this window's (:meth:`rollup_sources`)."""
+        keys = [_col(key) for key in self.config.keys]
+        parts: dict[tuple[str, str], str] = {}  # (column in view, how it merges) -> its merged column
+        for output in outputs:
+            for name, how, _, _ in output.operator.parts:
+                column = output.renames.get(name, name)
+                parts.setdefault((column, how), f"__m{len(parts)}")
+        tags = sorted({output.tag for output in outputs})
+        # One partition: the shuffle's output is one already (it ran in one task), and so is each merge's.
+        place = f"pmod(hash({', '.join([*keys, START, END])}), {partitions})" if partitions > 1 else "0"
+        distributed = (f"SELECT {TAG}, {place} AS {_PLACE}, {', '.join([*keys, START, END])}, "
+                       f"{', '.join(_col(column) for column, _ in parts)} FROM {view} "
+                       f"WHERE {TAG} IN ({', '.join(map(str, tags))})" + (f" DISTRIBUTE BY {_PLACE}" if partitions > 1 else ""))
+        group = [TAG, _PLACE, *keys, START, END]
+        aggregates = ", ".join(f"{how}({_col(column)}) AS {name}" for (column, how), name in parts.items())
+        merged_sql = f"SELECT {', '.join(group)}, {aggregates} FROM ({distributed}) GROUP BY {', '.join(group)}"
+        topics, values, slots = [], [], []
+        for output in outputs:
+            merged = {name: parts[(output.renames.get(name, name), how)] for name, how, _, _ in output.operator.parts}
+            columns = output.operator._output_columns(merged, START, END)
+            if output.casts is not None:  # a sink: its columns in its order, cast to its types
+                by_name = dict(columns)
+                columns = [(name, f"CAST({by_name[name]} AS {kind})") for name, kind in output.casts.items()]
+            topics.append(f"WHEN {output.tag} THEN {literal(output.topic)}")
+            values.append(f"WHEN {output.tag} THEN {json_sql(columns)}")
+            slots.append(f"WHEN {output.tag} THEN {output.slot << SEQ_SLOT_SHIFT}")
+        rank = f"row_number() OVER (PARTITION BY {TAG}, {_PLACE} ORDER BY {', '.join([START, *keys])})"
+        return (f"SELECT CASE {TAG} {' '.join(topics)} END AS topic, CASE {TAG} {' '.join(values)} END AS value, "
+                f"CASE {TAG} {' '.join(slots)} END + shiftleft(CAST({_PLACE} AS BIGINT), {PARTITION_SHIFT}) + {rank} - 1 "
+                f"AS seq FROM ({merged_sql})")
 
     # -- a roll-up in the window's own worker tasks ------------------------------------------
 
