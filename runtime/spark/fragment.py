@@ -131,6 +131,7 @@ class FragmentQuery(Statement, Isolation):
         self.last_error: str | None = None
         self.recent: deque[BatchStats] = deque(maxlen=RECENT_BATCHES)
         self.last_timing: dict[str, float] = {}
+        self.written_together: dict[tuple[str, str], str] = {}  # output -> the window whose merge wrote it last batch
         self.replays_dropped = 0
         self.batches_done = 0
         # cumulative, for cost attribution (runtime.costs): batch time, and what each task's outputs wrote
@@ -421,7 +422,8 @@ class FragmentQuery(Statement, Isolation):
             "status": "running" if self.alive() else "down",
             "fragments": sorted(self.fragments),
             "tasks": [task.id for task in self.plan.tasks],
-            "outputs": [{"task": task_id, "topic": topic} for task_id, topic in self.plan.outputs],
+            "outputs": [{"task": task_id, "topic": topic, "merged_by": self.written_together.get((task_id, topic))}
+                        for task_id, topic in self.plan.outputs],
             "gather_s": self.gather_s or 0.0,
             "inputs": sorted(self.inputs),
             "restarts": self.restarts,

@@ -166,10 +166,10 @@ class KeyedOperator:
         """:meth:`plan`, with ``fused`` operators (by id, with their saved driver states; each accepted by its
         :meth:`fuses_into` this one) running in this one's worker tasks on what its step emits. Returns this
         operator's output and draft; each fused operator's output, as a query over a temporary view registered
-        here (its text: no statement is analyzed for it unless it is read), and its draft; and the shuffle's
-        output, registered as that view (None without fused operators or in an idle batch, when their tags are 0). With fused operators,
-        this operator's output is such a query text too. The shuffle's output is not persisted: persist it when it
-        is read more than once, and unpersist it after the batch (:attr:`tagged_view` names its view)."""
+        here (its text: nothing is analyzed for it unless it is read), its draft, tag and columns there; and the
+        shuffle's output, registered as that view (:attr:`tagged_view`), not persisted: persist it if it is read more
+        than once, and unpersist it after the batch. With fused operators this operator's output is such a query
+        text too. In an idle batch: empty relations (tags 0) and no shuffle output (None), as without fused ones."""
         saved = state["routing"]
         if int(saved.get("workers", self.workers)) != self.workers:
             raise QueryFailed(f"keyed operator {self.task.id}: its state has {saved['workers']} workers but it is "

@@ -3,7 +3,9 @@
 Every task of the live plan becomes a common table expression over its
 inputs' (:class:`Ctes` keeps each statement to the definitions it reads);
 every output (sink or tap) a branch of a final ``UNION ALL`` whose rows are
-written to Kafka with the query's ``(writer, batch)`` headers. A fork is
+written to Kafka with the query's ``(writer, batch)`` headers. The outputs of
+a window and of the roll-ups that run in its worker tasks are one branch, one
+merge of their shuffle's output (:func:`written_together`). A fork is
 computed once per batch (persisted); a keyed operator plans its shuffle
 here and keeps its state in the worker state store; records of upstream
 batches this query already processed are dropped by their origin
@@ -81,10 +83,12 @@ class Statement:
             for parent in fused.values():  # a fused task reads its parent's shuffle, not its output
                 consumers[parent] -= 1
             slots = seq_slots(plan.outputs)
-            together = written_together(plan, fused, consumers)
+            partitions = merge_partitions(session)
+            together = written_together(plan, fused) if partitions else {}
+            # what the metrics show: in a batch where the shuffle does not run (idle) they are written as any other
+            self.written_together = {output: parent for parent, paths in together.items() for output in paths.values()}
             for paths in together.values():  # written from the shuffle's output: their relations are not read for it
                 count_readers(consumers, paths, -1)
-            partitions = merge_partitions(session)
             combined: list[str] = []  # the branches that write the outputs of ``together``, one per fused shuffle
             feeds_keyed = {parent for task in plan.tasks if task.id in keyed and task.id not in fused
                            for _, parent in task.inputs}
@@ -126,7 +130,7 @@ class Statement:
                 output, planned_keyed[task.id], children, tagged = operator.plan_fused(
                     session, batch_id, relations, state, self._worker_store, scanned, inside)
                 branch = None
-                if tagged is not None and task.id in together and partitions:
+                if tagged is not None and task.id in together:
                     single = operator.tasks_for(state, planned_keyed[task.id]["routing"]) == 1  # as plan_fused did
                     branch = operator.combined_output_sql(operator.tagged_view, tagged_outputs(
                         plan, task.id, together[task.id], children, keyed, slots), 1 if single else partitions)
@@ -401,8 +405,7 @@ def fusions(tasks: Iterable[TaskSpec], keyed: Mapping[str, Any],
     return fused
 
 
-def written_together(plan: LivePlan, fused: Mapping[str, str],
-                     consumers: Mapping[str, int]) -> dict[str, dict[str, tuple[str, str]]]:
+def written_together(plan: LivePlan, fused: Mapping[str, str]) -> dict[str, dict[str, tuple[str, str]]]:
     """Per keyed task others run inside (``fused``), the operators of its shuffle (itself and those) whose one
     output is written straight from the shuffle's output: each with that output ``(task id, topic)``, its own or a
     sink's that reads it alone. Only where two or more are: one output alone is encoded as any other.
@@ -412,9 +415,9 @@ def written_together(plan: LivePlan, fused: Mapping[str, str],
     ...                 T(id="r", type="window_aggregate", inputs=[("in", "w")]),
     ...                 T(id="o", type="sink", inputs=[("in", "w")]), T(id="p", type="sink", inputs=[("in", "r")])],
     ...          outputs=(("o", "out-w"), ("p", "out-r")))
-    >>> written_together(plan, {"r": "w"}, {})
+    >>> written_together(plan, {"r": "w"})
     {'w': {'w': ('o', 'out-w'), 'r': ('p', 'out-r')}}
-    >>> written_together(T(tasks=plan.tasks, outputs=(*plan.outputs, ("r", "tap-r"))), {"r": "w"}, {})
+    >>> written_together(T(tasks=plan.tasks, outputs=(*plan.outputs, ("r", "tap-r"))), {"r": "w"})
     {}
     """
     by_id = {task.id: task for task in plan.tasks}

@@ -268,6 +268,12 @@ def test_a_rolled_up_window_gives_what_it_gives_alone(manager_factory, kafka_boo
                  for task_id, metrics in fragment["keyed_operators"].items()}
     # the two roll-ups (the 30 s window before its average's select, the sliding one) ran in the 10 s window's tasks
     assert sorted(metrics["fused_in"] or "" for metrics in operators.values()) == ["", short.tasks["win"], short.tasks["win"]]
+    # the 10 s window's and the sliding roll-up's sinks are written from one merge of the shuffle's output; the 30 s
+    # roll-up's output goes on to its average's select, so its sink is written as any other output
+    merged_by = {output["topic"]: output["merged_by"] for query in manager.runtime.fragment_metrics()["queries"].values()
+                 for output in query["outputs"]}
+    assert {topic: merged_by[topic] for topic in (f"{urban}-short", f"{urban}-sliding", f"{urban}-long")} == \
+        {f"{urban}-short": short.tasks["win"], f"{urban}-sliding": short.tasks["win"], f"{urban}-long": None}
     rollup = next(task_id for task_id, metrics in operators.items() if metrics["fused_in"])
     with pytest.raises(BucketMoveInvalid, match=f"{rollup}.*worker tasks of {short.tasks['win']}"):
         manager.runtime.move_buckets(rollup, {0: 1})  # it follows the window's routing: its buckets move with it

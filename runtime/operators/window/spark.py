@@ -192,8 +192,9 @@ class WindowAggregate(KeyedOperator):
         its place there its rank by window start and keys. Here one shuffle merges them all: it computes that
         partition as a column, distributes by it, and ranks each output's rows within it, so every row gets the
         very name it gets alone, whatever other outputs share the merge (a replay after a removal names them
-        alike). ``partitions`` is 1 when the fused shuffle ran in one Spark task: its output is one partition, which
-        each merge keeps (no shuffle of its own). Needs every roll-up's keys to be this window's (:meth:`rollup_sources`)."""
+        alike). ``partitions`` is 1 when the fused shuffle ran in one Spark task: its output is one partition,
+        which each merge keeps (no shuffle of its own). Needs every roll-up's keys to be this window's
+        (:meth:`rollup_sources`)."""
         keys = [_col(key) for key in self.config.keys]
         parts: dict[tuple[str, str], str] = {}  # (column in view, how it merges) -> its merged column
         for output in outputs:
@@ -204,8 +205,9 @@ class WindowAggregate(KeyedOperator):
         # One partition: the shuffle's output is one already (it ran in one task), and so is each merge's.
         place = f"pmod(hash({', '.join([*keys, START, END])}), {partitions})" if partitions > 1 else "0"
         distributed = (f"SELECT {TAG}, {place} AS {_PLACE}, {', '.join([*keys, START, END])}, "
-                       f"{', '.join(_col(column) for column, _ in parts)} FROM {view} "
-                       f"WHERE {TAG} IN ({', '.join(map(str, tags))})" + (f" DISTRIBUTE BY {_PLACE}" if partitions > 1 else ""))
+                       f"{', '.join(_col(column) for column in dict.fromkeys(column for column, _ in parts))} "
+                       f"FROM {view} WHERE {TAG} IN ({', '.join(map(str, tags))})"
+                       + (f" DISTRIBUTE BY {_PLACE}" if partitions > 1 else ""))
         group = [TAG, _PLACE, *keys, START, END]
         aggregates = ", ".join(f"{how}({_col(column)}) AS {name}" for (column, how), name in parts.items())
         merged_sql = f"SELECT {', '.join(group)}, {aggregates} FROM ({distributed}) GROUP BY {', '.join(group)}"
