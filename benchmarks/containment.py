@@ -394,8 +394,12 @@ def _plot(dry: dict[str, Any], real_rows: list[dict[str, Any]], image: Path) -> 
     panels = [("records read per source record", [row["records_read_per_source_record"] for row in dry["saving"]]),
               ("running tasks", [row["running_tasks"] for row in dry["saving"]])]
     for kind in dict.fromkeys(row.get("workload", "variants") for row in real_rows):
-        panels.append((f"cores, real runtime ({kind})",
-                       [row["cores"] for row in real_rows if row.get("workload", "variants") == kind]))
+        rows = [row for row in real_rows if row.get("workload", "variants") == kind]
+        runs = sum(1 for row in rows if row["variant"] == "exact")
+        panels.append((f"cores, real runtime ({kind}{f', mean of {runs} runs' if runs > 1 else ''})",
+                       [round(sum(row["cores"] for row in rows if row["variant"] == variant)
+                              / max(1, sum(1 for row in rows if row["variant"] == variant)), 3)
+                        for variant in ("exact", "containment")]))
     figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
     for axis, (title, values) in zip(axes, panels):
         axis.bar(["exact", "containment"], values, color=["#8899aa", "#3377bb"])
