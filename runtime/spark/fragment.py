@@ -131,7 +131,7 @@ class FragmentQuery(Statement, Isolation):
         self.last_error: str | None = None
         self.recent: deque[BatchStats] = deque(maxlen=RECENT_BATCHES)
         self.last_timing: dict[str, float] = {}
-        self.written_together: dict[tuple[str, str], str] = {}  # output -> the window whose merge wrote it last batch
+        self.written_together: dict[tuple[str, str], str] = {}  # output -> the window whose merge writes it (plan)
         self.replays_dropped = 0
         self.batches_done = 0
         # cumulative, for cost attribution (runtime.costs): batch time, and what each task's outputs wrote

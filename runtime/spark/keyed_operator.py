@@ -127,6 +127,9 @@ class KeyedOperator:
         self.moved_rows = 0
         self.idle_batches = 0
         self.fused_in: str | None = None  # the operator whose worker tasks ran the last batch, if another's
+        # The temporary view of its fused shuffle's output (a digest of its id: ids that differ only in characters a
+        # view name cannot hold stay apart).
+        self.tagged_view = "sana_tagged_" + hashlib.sha1(task.id.encode()).hexdigest()[:16]
         self._applied = 0
         self._in_flight: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._moved = threading.Condition()
@@ -207,12 +210,6 @@ class KeyedOperator:
                                           drafts[child_id], tag, dict(run.renames))
                     for tag, (run, (child_id, (child, _))) in enumerate(zip(runs, fused.items()), 1)}
         return self.tagged_output_sql(self.tagged_view, 0, {}), draft, children, frame
-
-    @property
-    def tagged_view(self) -> str:
-        """The temporary view of this operator's fused shuffle output (a digest of its id: ids that differ only in
-        characters a view name cannot hold stay apart)."""
-        return "sana_tagged_" + hashlib.sha1(self.task.id.encode()).hexdigest()[:16]
 
     def finish(self, batch_id: int, draft: dict[str, Any], store: WorkerStateStore) -> dict[str, Any]:
         if draft.get(IDLE):

@@ -83,7 +83,7 @@ class Statement:
             for parent in fused.values():  # a fused task reads its parent's shuffle, not its output
                 consumers[parent] -= 1
             slots = seq_slots(plan.outputs)
-            partitions = merge_partitions(session)
+            partitions = merge_partitions(session) if fused else None  # read from the JVM only where it is used
             together = written_together(plan, fused) if partitions else {}
             # what the metrics show: in a batch where the shuffle does not run (idle) they are written as any other
             self.written_together = {output: parent for parent, paths in together.items() for output in paths.values()}
@@ -183,8 +183,8 @@ class Statement:
                 for task in plan.tasks:
                     if depth[task.id] == layer and task.id in keyed and task.id not in fused:
                         build(task, scanned.get(task.id, NOT_SCANNED))
-            alone = [output for output in plan.outputs
-                     if not any(output in paths.values() for paths in together.values())]
+            merged = {output for paths in together.values() for output in paths.values()}
+            alone = [output for output in plan.outputs if output not in merged]
             union = " UNION ALL ".join([*(encode_sql(names[task_id], topic, slots[(task_id, topic)])
                                           for task_id, topic in alone), *combined])
             if fold:
