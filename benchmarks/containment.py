@@ -243,7 +243,7 @@ def _dashboard_aggregates(index: int) -> dict[str, str]:
 
 
 def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float, kind: str = "variants",
-         rate: float = RATE, bound: bool = False, max_delay_s: int = 0, jit_quiet: float = 0.0,
+         rate: float = RATE, bound: bool = False, max_delay_s: int = 0, jit_quiet: float = 0.0, pairs: int = 1,
          ) -> list[dict[str, Any]]:
     """``count`` dataflows of the workload (``kind`` ``variants``, dense), the six :func:`dashboards` or the six
     :func:`sliding_dashboards` on ``sana up`` (local Spark, its broker), containment off then on: the cores of the
@@ -259,7 +259,9 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
     ``jit_quiet`` (cores, 0: off): before the ``settle_s``, wait until the Spark JVM's JIT compiler threads use less
     than that (:func:`~benchmarks.reuse_replay.settle_jit`): the queries' steady cost rather than the JVM's warm-up.
     ``jit_settled_s`` is that wait; ``jit_cores`` the compiler threads' cores from its end to the end of the
-    measurement."""
+    measurement.
+
+    ``pairs`` runs of each variant, in the order :func:`run_order` gives (each row says its ``pair``)."""
     from benchmarks.batch_cost import cores_by_kind, cpu_by_process
     from benchmarks.reuse_replay import jit_cpu_s, settle_jit
     from benchmarks.reuse_real import RealService
@@ -267,8 +269,7 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
     if bound and kind == "variants":
         raise SystemExit("--bound: the dashboards workloads only (the variants have no single widest dataflow)")
     rows = []
-    runs = [(False, "exact"), (True, "containment")] + ([(False, "widest-only")] if bound else [])
-    for containment, label in runs:
+    for pair, containment, label in run_order(pairs, bound):
         rng = random.Random(seed)
         documents = dashboards(f"real-{label}") if kind == "dashboards" else \
             sliding_dashboards(f"real-{label}") if kind == "sliding" else \
@@ -277,14 +278,13 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
             documents = documents[:1]
         if max_delay_s:
             documents = [with_max_delay(document, max_delay_s) for document in documents]
-        count = len(documents)
-        service = RealService(run_dir / label, sharing=True, redis_url=REDIS_URL, records=record_maker, rate=rate,
-                              settle_s=settle_s, measure_s=measure_s, containment=containment, keyed_workers=2)
+        service = RealService(run_dir / f"{label}-{pair}", sharing=True, redis_url=REDIS_URL, records=record_maker,
+                              rate=rate, settle_s=settle_s, measure_s=measure_s, containment=containment, keyed_workers=2)
         try:
             service.feed(list(STREAMS[:1]))
             for number, document in enumerate(documents, start=1):
                 service.submit(document)
-                print(f"{label}: {number}/{count} submitted", file=sys.stderr, flush=True)
+                print(f"{label} (pair {pair}): {number}/{len(documents)} submitted", file=sys.stderr, flush=True)
             settled = settle_jit(service.process.pid, jit_quiet, label=label) if jit_quiet else 0.0
             jit_before = jit_cpu_s(service.process.pid)
             produced, at, processes = sum(service.produced.values()), time.monotonic(), cpu_by_process(service.process.pid)
@@ -297,7 +297,8 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
             sinks = service.check_sinks()
         finally:
             service.close()
-        row = {"variant": label, "workload": kind, "dataflows": count, "rate_per_stream": rate, "max_delay_s": max_delay_s,
+        row = {"variant": label, "pair": pair, "workload": kind, "dataflows": len(documents), "rate_per_stream": rate,
+               "max_delay_s": max_delay_s,
                "produced_per_s": round(input_rps, 1), "cores": measured["cores"],
                "measured_s": measured["measured_s"], "batches_measured": measured["batches_measured"],
                "cpu_s_per_batch": measured["cpu_s_per_batch"], "running_tasks": measured["running_tasks"],
@@ -307,6 +308,21 @@ def real(count: int, seed: int, run_dir: Path, settle_s: float, measure_s: float
         print(json.dumps({key: value for key, value in row.items() if key != "sinks"}), file=sys.stderr, flush=True)
         rows.append(row)
     return rows
+
+
+def run_order(pairs: int, bound: bool) -> list[tuple[int, bool, str]]:
+    """The real runs, ``(pair, containment on, label)`` in the order they run: pair by pair, exact sharing first
+    in the first pair, containment first in the next (A B B A ...), so that what drifts from run to run (the
+    machine, the first JVM's longer warm-up) weighs on both variants alike; then ``widest-only`` with ``bound``.
+
+    >>> [(pair, label) for pair, _, label in run_order(2, bound=True)]
+    [(0, 'exact'), (0, 'containment'), (1, 'containment'), (1, 'exact'), (2, 'widest-only')]
+    """
+    runs = []
+    for pair in range(pairs):
+        both = [(pair, False, "exact"), (pair, True, "containment")]
+        runs += both if pair % 2 == 0 else both[::-1]
+    return runs + ([(pairs, False, "widest-only")] if bound else [])
 
 
 def with_max_delay(document: dict[str, Any], seconds: int) -> dict[str, Any]:
@@ -424,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=RATE, help="records/s per stream in the real-runtime run")
     parser.add_argument("--max-delay", type=int, default=0, metavar="S",
                         help="real runtime: every sink allows S seconds of delay (its max_delay)")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="real runtime: run each variant this many times, alternating which runs first")
     parser.add_argument("--bound", action="store_true",
                         help="real dashboards: also run the widest dashboard alone (what containment can save at most)")
     parser.add_argument("--run-dir", type=Path, default=Path(".sana/bench-containment"))
@@ -439,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.real:
         rows = real(args.real, args.seed, args.run_dir, args.settle_s, args.measure_s, args.real_workload, args.rate,
-                    args.bound, args.max_delay, args.jit_quiet)
+                    args.bound, args.max_delay, args.jit_quiet, args.pairs)
         suffix = "-real" if args.real_workload == "variants" else f"-real-{args.real_workload}"
         suffix += ("-bound" if args.bound else "") + (f"-delay-{args.max_delay}s" if args.max_delay else "")
         path = args.out.with_name(args.out.stem + suffix + ".json")
