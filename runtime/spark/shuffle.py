@@ -91,15 +91,6 @@ def default_table(workers: int, buckets: int = BUCKETS) -> tuple[int, ...]:
     return tuple(bucket % workers for bucket in range(buckets))
 
 
-def moved_buckets(old: Sequence[int], new: Sequence[int]) -> dict[int, tuple[int, int]]:
-    """``{bucket: (from worker, to worker)}`` for every bucket whose worker changes.
-
-    >>> moved_buckets((0, 1, 0), (0, 2, 1))
-    {1: (1, 2), 2: (0, 1)}
-    """
-    return {bucket: (before, after) for bucket, (before, after) in enumerate(zip(old, new)) if before != after}
-
-
 @dataclass(frozen=True)
 class Split:
     """Worker ``worker``'s records (of ``side``, or all for a window) split by record slice over its helpers.
@@ -141,6 +132,22 @@ class Routing:
 
     def split_of(self, worker: int) -> Split | None:
         return next((split for split in self.splits if split.worker == worker), None)
+
+    def holders(self, bucket: int, side: int | None = None) -> tuple[int, tuple[int, ...], bool]:
+        """Where the state rows of ``bucket`` (of a join's ``side``; None: a window's) are kept: ``(owner, members,
+        replicated)``. Unsplit, the owner keeps them all. Split, the members are the owner and its helpers, and
+        the rows are either scattered over them, each on one member (the split side; a window's rows), or each
+        copied to every member (``replicated``: a join's other side).
+
+        >>> routing = Routing((0, 1), (Split(0, 1, ((1, 0, 5000),)),))
+        >>> routing.holders(0, 1), routing.holders(0, 0), routing.holders(1, 0)
+        ((0, (0, 1), False), (0, (0, 1), True), (1, (1,), False))
+        """
+        owner = self.table[bucket]
+        split = self.split_of(owner)
+        if split is None:
+            return owner, (owner,), False
+        return owner, (owner, *split.helper_workers), split.side is not None and side != split.side
 
     def involved(self) -> set[int]:
         """Workers that are split or help one."""

@@ -10,12 +10,12 @@ the driver keeps of those reports per operator: the signal Reshape reads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.spark.python_workers import freeze_imports
-from runtime.spark.shuffle import BUCKET, DEFAULT_WORKERS, EWMA_ALPHA, MARKER, PKEY, SIDE, Routing, moved_buckets
+from runtime.spark.shuffle import BUCKET, DEFAULT_WORKERS, EWMA_ALPHA, MARKER, PKEY, SIDE, Routing
 
 
 @dataclass
@@ -198,91 +198,74 @@ class WorkerTask:
 
     def _transition(self, worker: int, state, operator: str | None = None, old: Routing | None = None):
         """The worker's state (of ``operator``, placed by ``old``; by default this task's operator and old routing)
-        under the new routing: bucket moves, then helpers joining and leaving splits.
+        under the new routing, and the rows it took in from other workers.
 
-        * A bucket that moves takes its rows from the worker it leaves.
-        * A helper joining a join's split copies the skewed worker's rows of
-          the replicated side of its buckets (the split side starts scattered).
-        * A helper leaving a split drops every row of the skewed worker's
-          buckets; the skewed worker takes back their split-side rows (for a
-          window: the partials, merged by the next aggregation). Nothing is
-          lost and every row stays on exactly one worker of its split side.
+        Bucket by bucket and side by side, where their holders change (:meth:`Routing.holders`):
+
+        * rows that become copied to every member of a split (a join's
+          replicated side): a member that held a complete copy keeps it, any
+          other gathers them, its own share and every old holder's (a helper
+          joining a split copies them from the skewed worker);
+        * rows that become scattered, or kept by one owner: a share stays where
+          it is if its worker is still a member, the new owner takes the shares
+          of the workers that are not (a bucket moving; a helper leaving, whose
+          partials of a window the next aggregation merges), and of rows that
+          were copied to every member the new owner keeps or takes one copy;
+        * a worker that is not a member any more drops them.
+
+        So nothing is lost, every scattered row is on exactly one member and every member holds all the copied
+        rows, whatever changes together in one batch: buckets moving into, out of and between split workers, and
+        splits starting, changing side or helpers, and ending.
         """
-        operator, old = operator or self.operator, old or self.old
-        state, moved = self._move(worker, state, operator, old)
-        old_help, new_help = old.helping(worker), self.new.helping(worker)
-        for skewed, side in old_help.items():
-            if new_help.get(skewed, -1) != side:  # left the split (or changed side): give the rows back
-                state = _without(state, _buckets_of(old.table, skewed))
-        pieces = [state]
-        for skewed, side in new_help.items():
-            if old_help.get(skewed, -1) != side and side is not None:
-                piece = self._rows_of(operator, skewed, _buckets_of(self.new.table, skewed), 1 - side)
-                moved += piece.num_rows if piece is not None else 0
-                pieces.append(piece)
-        before, after = old.split_of(worker), self.new.split_of(worker)
-        if before is not None:
-            stays = set(after.helper_workers) if after is not None and after.side == before.side else set()
-            for helper in before.helper_workers:
-                if helper not in stays:
-                    piece = self._rows_of(operator, helper, _buckets_of(old.table, worker), before.side)
-                    moved += piece.num_rows if piece is not None else 0
-                    pieces.append(piece)
-        pieces = [piece for piece in pieces if piece is not None and piece.num_rows]
+        import numpy as np
         import pyarrow as pa
 
+        operator, old = operator or self.operator, old or self.old
+        if old == self.new:  # most batches
+            return state, 0
+        sides = (None,) if self.sides == 1 else tuple(range(self.sides))
+        dropped = np.zeros(len(self.new.table) * len(sides), dtype=bool)  # per (bucket, side): own rows go
+        takes: dict[int, list[int]] = {}  # source worker -> the (bucket, side) keys whose rows this worker takes
+        for bucket in range(len(self.new.table)):
+            for index, side in enumerate(sides):
+                before, after = old.holders(bucket, side), self.new.holders(bucket, side)
+                if before == after:
+                    continue
+                (old_owner, old_members, was_copied), (new_owner, new_members, copied) = before, after
+                own, sources = worker in old_members, ()
+                if worker not in new_members:
+                    own = False
+                elif copied:  # every member needs all of them
+                    sources = (() if own else (old_owner,)) if was_copied else \
+                        tuple(member for member in old_members if member != worker)
+                elif was_copied:  # one complete copy, at the new owner
+                    own = worker == old_owner == new_owner
+                    sources = (old_owner,) if worker == new_owner != old_owner else ()
+                elif worker == new_owner:  # scattered: shares stay with members; the owner takes the others'
+                    sources = tuple(member for member in old_members if member not in new_members)
+                dropped[bucket * len(sides) + index] = not own
+                for source in sources:
+                    takes.setdefault(source, []).append(bucket * len(sides) + index)
+        if not dropped.any() and not takes:
+            return state, 0
+        pieces = [state.filter(pa.array(~dropped[self._keys(state)])) if state is not None else None]
+        moved = 0
+        for source, keys in sorted(takes.items()):
+            _, theirs = self.store.load_before(operator, source, self.batch_id)
+            if theirs is None or not theirs.num_rows:
+                continue
+            wanted = np.zeros(len(dropped), dtype=bool)
+            wanted[keys] = True
+            piece = theirs.filter(pa.array(wanted[self._keys(theirs)]))
+            moved += piece.num_rows
+            pieces.append(piece)
+        pieces = [piece for piece in pieces if piece is not None and piece.num_rows]
         return (pa.concat_tables(pieces) if len(pieces) > 1 else (pieces[0] if pieces else None)), moved
 
-    def _rows_of(self, operator: str, source: int, buckets: list[int], side: int | None):
-        """Rows of ``buckets`` (of ``side`` only, if given) in ``operator``'s version at ``source`` before this batch."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        _, theirs = self.store.load_before(operator, source, self.batch_id)
-        if theirs is None or not buckets:
-            return None
-        keep = pc.is_in(theirs.column(BUCKET), pa.array(buckets, pa.int32()))
-        if side is not None and self.sides > 1:
-            keep = pc.and_(keep, pc.equal(theirs.column(SIDE), side))
-        return theirs.filter(keep)
-
-    def _move(self, worker: int, state, operator: str | None = None, old: Routing | None = None):
-        """The worker's state after the buckets that move between ``old`` and the new routing moved (defaults as
-        in :meth:`_transition`), and the rows it took in."""
-        operator, old = operator or self.operator, old or self.old
-        moves = moved_buckets(old.table, self.new.table)
-        if not moves:
-            return state, 0
-        leaving = [bucket for bucket, (before, _) in moves.items() if before == worker]
-        state = _without(state, leaving)
-        arriving: dict[int, list[int]] = {}
-        for bucket, (before, after) in moves.items():
-            if after == worker:
-                arriving.setdefault(before, []).append(bucket)
-        pieces, moved = [state], 0
-        for source, buckets in sorted(arriving.items()):
-            piece = self._rows_of(operator, source, buckets, None)
-            if piece is not None:
-                moved += piece.num_rows
-                pieces.append(piece)
-        pieces = [piece for piece in pieces if piece is not None]
-        import pyarrow as pa
-
-        return (pa.concat_tables(pieces) if pieces else None), moved
-
-
-def _buckets_of(table: Sequence[int], worker: int) -> list[int]:
-    return [bucket for bucket, owner in enumerate(table) if owner == worker]
-
-
-def _without(state, buckets: Sequence[int]):
-    """``state`` without the rows of ``buckets``."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if state is None or not buckets:
-        return state
-    return state.filter(pc.invert(pc.is_in(state.column(BUCKET), pa.array(list(buckets), pa.int32()))))
+    def _keys(self, table):
+        """Each row's ``bucket * sides + side`` (its bucket, for one side): an index into per-(bucket, side) arrays."""
+        bucket = table.column(BUCKET).to_numpy(zero_copy_only=False).astype("int64")
+        return bucket if self.sides == 1 else bucket * self.sides + self._sides_of(table)
 
 
 def _tagged(table, tag: int, renames: Mapping[str, str], schema):

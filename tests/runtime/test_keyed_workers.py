@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from runtime.operators.join.worker import LEFT, RIGHT, JoinStep, side_column
-from runtime.spark.shuffle import BUCKET, MARKER, PKEY, SIDE, Router, Routing, Split, default_table, moved_buckets
+from runtime.spark.shuffle import BUCKET, MARKER, PKEY, SIDE, Router, Routing, Split, default_table
 from runtime.spark.worker_task import WorkerTask
 from runtime.operators.window.worker import END, START, TIMESTAMP, TS, WindowStep, part_input
 from runtime.spark.worker_state import KEEP_VERSIONS, WorkerStateStore
@@ -185,7 +185,6 @@ def test_router_applies_requests_at_the_next_batch_and_checks_them():
     request = router.request({1: 3, 6: 0})
     after = router.next_table(routing)
     assert after["table"] == [0, 3, 2, 3, 0, 1, 0, 3] and after["version"] == 1 and after["requested"] == request
-    assert moved_buckets(routing["table"], after["table"]) == {1: (1, 3), 6: (2, 0)}
     assert router.next_table(after)["version"] == 1  # nothing pending: the table stays
     with pytest.raises(ValueError, match="worker 4 is not in 0..3"):
         router.request({0: 4})
@@ -200,10 +199,10 @@ def test_a_moved_bucket_takes_exactly_its_state_rows_along(tmp_path):
     old, new = Routing((0, 1, 0, 1, 0)), Routing((0, 1, 1, 1, 0))  # bucket 2: worker 0 -> 1
     task = WorkerTask(store, "op", 5, (5, 6), old, new, None, None)
     _, mine = store.load_before("op", 0, 5)
-    left, moved = task._move(0, mine)
+    left, moved = task._transition(0, mine)
     assert left.column("v").to_pylist() == [1, 4] and moved == 0
     _, theirs = store.load_before("op", 1, 5)
-    arrived, moved = task._move(1, theirs)
+    arrived, moved = task._transition(1, theirs)
     assert sorted(arrived.column("v").to_pylist()) == [2, 3, 5, 6] and moved == 2
 
 
@@ -250,6 +249,92 @@ def test_a_window_split_ending_merges_the_helpers_partials_into_the_skewed_worke
     assert sorted(merged.column("v").to_pylist()) == [3, 10] and moved == 1
     _, helper_state = store.load_before("op", 1, 2)
     assert ending._transition(1, helper_state)[0].column("v").to_pylist() == [5]
+
+
+def test_a_bucket_moving_into_a_split_join_worker_is_copied_to_the_helpers_it_keeps(tmp_path):
+    store = WorkerStateStore(str(tmp_path))
+    # worker 0 is split (left side scattered, right side copied) with helper 1; bucket 1 moves from worker 2 to 0
+    before = Routing((0, 2, 1), (Split(0, 0, ((1, 0, 5000),)),))
+    after = Routing((0, 0, 1), before.splits)
+    store.save("op", 0, 4, _join_state([0, 0], [0, 1], [1, 2]), {})
+    store.save("op", 1, 4, _join_state([0, 0, 2], [0, 1, 1], [3, 2, 4]), {})  # a share (3), a copy (2), its own
+    store.save("op", 2, 4, _join_state([1, 1], [0, 1], [5, 6]), {})
+    task = WorkerTask(store, "op", 5, (5, 6, 7), before, after, None, None, sides=2)
+    states = {worker: task._transition(worker, store.load_before("op", worker, 5)[1])[0] for worker in range(3)}
+    assert sorted(states[0].column("v").to_pylist()) == [1, 2, 5, 6]  # the new owner takes the whole bucket
+    assert sorted(states[1].column("v").to_pylist()) == [2, 3, 4, 6]  # the helper it keeps: the bucket's right side
+    assert states[2] is None
+
+
+def test_a_split_ending_as_a_bucket_moves_gives_the_helpers_partials_to_the_buckets_new_owner(tmp_path):
+    store = WorkerStateStore(str(tmp_path))
+    before = Routing((0, 0, 2), (Split(0, None, ((1, 0, 5000),)),))  # a window's worker 0 split, helper 1
+    after = Routing((0, 2, 2))  # the split ends and bucket 1 moves to worker 2
+    store.save("op", 0, 4, pa.table({BUCKET: pa.array([0, 1], pa.int32()), "v": [1, 2]}), {})
+    store.save("op", 1, 4, pa.table({BUCKET: pa.array([0, 1], pa.int32()), "v": [3, 4]}), {})  # partials
+    store.save("op", 2, 4, pa.table({BUCKET: pa.array([2], pa.int32()), "v": [5]}), {})
+    task = WorkerTask(store, "op", 5, (5, 6, 7), before, after, None, None)
+    states = {worker: task._transition(worker, store.load_before("op", worker, 5)[1]) for worker in range(3)}
+    assert sorted(states[0][0].column("v").to_pylist()) == [1, 3] and states[0][1] == 1
+    assert states[1][0] is None
+    assert sorted(states[2][0].column("v").to_pylist()) == [2, 4, 5] and states[2][1] == 2
+
+
+def _random_routing(rng: random.Random, workers: int, buckets: int, sides: int) -> Routing:
+    table = tuple(rng.randrange(workers) for _ in range(buckets))
+    skewed = rng.sample(range(workers), rng.randint(0, 2))
+    others = [worker for worker in range(workers) if worker not in skewed]
+    splits = tuple(Split(worker, rng.randrange(sides) if sides > 1 else None,
+                         tuple((helper, 0, 1) for helper in rng.sample(others, rng.randint(1, 2))))
+                   for worker in skewed)
+    return Routing(table, splits)
+
+
+@pytest.mark.parametrize("sides", [1, 2])
+def test_any_routing_change_keeps_every_row_once_where_scattered_and_complete_where_copied(tmp_path, sides):
+    """Random routings before and after (moves, splits starting, ending, changing side or helpers, all at once),
+    states laid out as the old routing places them: after the change each bucket's rows are laid out as the new
+    one places them, none lost or doubled."""
+    rng, workers, buckets = random.Random(7), 4, 8
+    sides_of = (None,) if sides == 1 else (0, 1)
+    for trial in range(60):
+        old, new = _random_routing(rng, workers, buckets, sides), _random_routing(rng, workers, buckets, sides)
+        rows: dict[int, list[tuple[int, int, int]]] = {worker: [] for worker in range(workers)}  # (bucket, side, id)
+        truth: dict[tuple[int, int | None], list[int]] = {}
+        for bucket in range(buckets):
+            for side in sides_of:
+                _, members, copied = old.holders(bucket, side)
+                ids = [len(truth) * 100 + index for index in range(rng.randint(0, 3))]
+                truth[(bucket, side)] = ids
+                for row in ids:
+                    for member in (members if copied else [rng.choice(members)]):
+                        rows[member].append((bucket, side or 0, row))
+        for worker, held in rows.items():
+            columns = {BUCKET: pa.array([bucket for bucket, _, _ in held], pa.int32()), "v": [row for _, _, row in held]}
+            if sides > 1:
+                columns[SIDE] = pa.array([side for _, side, _ in held], pa.int8())
+            store_table = pa.table(columns)
+            WorkerStateStore(str(tmp_path / str(trial))).save("op", worker, 4, store_table, {})
+        store = WorkerStateStore(str(tmp_path / str(trial)))
+        task = WorkerTask(store, "op", 5, tuple(range(workers)), old, new, None, None, sides=sides)
+        after = {worker: task._transition(worker, store.load_before("op", worker, 5)[1])[0] for worker in range(workers)}
+        for (bucket, side), ids in truth.items():
+            _, members, copied = new.holders(bucket, side)
+            held = {worker: sorted(row for row, b, s in _rows(state, sides) if b == bucket and s == (side or 0))
+                    for worker, state in after.items()}
+            where = f"trial {trial}, bucket {bucket}, side {side}: {old} -> {new}"
+            assert all(not held[worker] for worker in range(workers) if worker not in members), where
+            if copied:
+                assert all(held[member] == sorted(ids) for member in members), where
+            else:
+                assert sorted(row for member in members for row in held[member]) == sorted(ids), where
+
+
+def _rows(state, sides: int) -> list[tuple[int, int, int]]:
+    if state is None:
+        return []
+    side = state.column(SIDE).to_pylist() if sides > 1 else [0] * state.num_rows
+    return list(zip(state.column("v").to_pylist(), state.column(BUCKET).to_pylist(), side))
 
 
 def test_arrivals_count_each_record_once_replicas_left_out():
