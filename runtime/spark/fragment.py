@@ -121,6 +121,7 @@ class FragmentQuery(Statement, Isolation):
         self._cores = spark.sparkContext.defaultParallelism  # tasks that collect a batch's output (local mode)
         self.bound_file = checkpoint / "bound.json"
         self.gather_file = checkpoint / "gather.json"
+        self.routings_file = checkpoint / "routings.json"  # the keyed routings a batch changed, kept before it runs
         # how long the reader may hold input for a larger batch (the sinks' max_delay); None: not written yet (a file
         # left in the checkpoint by an earlier run is replaced at the first plan)
         self.gather_s: float | None = None
@@ -359,6 +360,27 @@ class FragmentQuery(Statement, Isolation):
         self._state_bytes = self._store.save(batch_id, states)
         self._states = states
         self._states_version = batch_id
+
+    def planned_routings(self, batch_id: int) -> dict[str, Any]:
+        """The routings an earlier attempt at ``batch_id`` ran its keyed operators with where it changed them (by
+        task id; empty if it changed none or this is the first attempt). An attempt of an earlier run of the
+        query (another process) made its request numbers there: they are reset to 0, as a new router's are."""
+        try:
+            kept = json.loads(self.routings_file.read_text())
+        except FileNotFoundError:
+            return {}
+        if kept.get("batch") != batch_id:
+            return {}
+        same_run = kept.get("run") == self.run
+        return {task_id: routing if same_run else {**routing, "requested": 0}
+                for task_id, routing in kept["routings"].items()}
+
+    def plan_routings(self, batch_id: int, routings: Mapping[str, Any]) -> None:
+        """Keep the ``routings`` (by task id) that ``batch_id`` changes, before it runs (:meth:`planned_routings`)."""
+        self.checkpoint.mkdir(parents=True, exist_ok=True)
+        temporary = self.routings_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"batch": batch_id, "run": self.run, "routings": dict(routings)}))
+        temporary.replace(self.routings_file)
 
     # -- handing work over (defragmentation) ----------------------------------------------------
 

@@ -156,15 +156,17 @@ class KeyedOperator:
         return False
 
     def plan(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[str]],
-             state: Mapping[str, Any], store: WorkerStateStore, scanned: Any = NOT_SCANNED) -> tuple[DataFrame, dict[str, Any]]:
+             state: Mapping[str, Any], store: WorkerStateStore, scanned: Any = NOT_SCANNED,
+             planned: Mapping[str, Any] | None = None) -> tuple[DataFrame, dict[str, Any]]:
         """The operator's output for this batch (lazy) and its driver state; ``inputs``: per port, SQL relations;
-        ``scanned``: the max of :meth:`scan_sql` when the fragment computed it (else the operator does)."""
-        output, draft, _, _ = self.plan_fused(session, batch_id, inputs, state, store, scanned, {})
+        ``scanned``: the max of :meth:`scan_sql` when the fragment computed it (else the operator does);
+        ``planned``: as in :meth:`plan_fused`."""
+        output, draft, _, _ = self.plan_fused(session, batch_id, inputs, state, store, scanned, {}, planned)
         return output, draft
 
     def plan_fused(self, session: SparkSession, batch_id: int, inputs: Mapping[str, list[str]],
                    state: Mapping[str, Any], store: WorkerStateStore, scanned: Any,
-                   fused: Mapping[str, tuple[KeyedOperator, Mapping[str, Any]]],
+                   fused: Mapping[str, tuple[KeyedOperator, Mapping[str, Any]]], planned: Mapping[str, Any] | None = None,
                    ) -> tuple[DataFrame | str, dict[str, Any], dict[str, FusedOutput], DataFrame | None]:
         """:meth:`plan`, with ``fused`` operators (by id, with their saved driver states; each accepted by its
         :meth:`fuses_into` this one) running in this one's worker tasks on what its step emits. Returns this
@@ -172,13 +174,17 @@ class KeyedOperator:
         here (its text: nothing is analyzed for it unless it is read), its draft, tag and columns there; and the
         shuffle's output, registered as that view (:attr:`tagged_view`), not persisted: persist it if it is read more
         than once, and unpersist it after the batch. With fused operators this operator's output is such a query
-        text too. In an idle batch: empty relations (tags 0) and no shuffle output (None), as without fused ones."""
+        text too. In an idle batch: empty relations (tags 0) and no shuffle output (None), as without fused ones.
+
+        ``planned``: the routing an earlier attempt at this batch ran with, if it changed the saved one (the
+        statement keeps it before the batch runs): the batch routes as that attempt did, whatever is requested now,
+        so it shuffles, and names its output rows, as that attempt did."""
         saved = state["routing"]
         if int(saved.get("workers", self.workers)) != self.workers:
             raise QueryFailed(f"keyed operator {self.task.id}: its state has {saved['workers']} workers but it is "
                               f"configured with {self.workers}; a running operator keeps its worker count")
         self.controller.adopt(saved)
-        routing = self.router.next_table(saved)
+        routing = dict(planned) if planned is not None else self.router.next_table(saved)
         unchanged = routing["version"] == saved["version"] and routing["requested"] == saved.get("requested", 0)
         if self.idle(scanned) and unchanged and not routing["splits"]:
             self.idle_batches += 1

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from runtime.operators.join.spark import StreamJoin
+from runtime.spark.fragment import FragmentQuery
 from runtime.spark.sql_text import ddl
 from runtime.spark.shuffle import BUCKETS, partition_keys
 from runtime.spark.reshape import ReshapeSettings
@@ -100,6 +101,41 @@ def test_a_replayed_batch_starts_from_the_state_before_it_and_gives_the_same_rec
     driver.state, driver.batch_id = before_last, 3  # Spark re-runs batch 3 after a crash
     again = driver.run(batches[3])
     assert first == again and first  # same records in the same order: the same (batch, seq) names
+
+
+def test_a_batch_replayed_by_another_process_routes_and_names_its_join_rows_as_its_first_attempt(spark, tmp_path):
+    """The first attempt at a batch applied requested bucket moves; another process (a new operator, nothing
+    requested) replays it. Given the routing the attempt kept, the join's rows, which come out of the workers'
+    partitions, come in the same order, so with the same names; routed by the saved state alone, they would not."""
+    first_run = join_driver(spark, tmp_path)
+    batches = [_inputs(first_run, batch) for batch in range(4)]
+    for batch in batches[:3]:
+        first_run.run(batch)
+    before = first_run.state
+    first_run.operator.request_moves({bucket: (bucket + 3) % 8 for bucket in range(0, BUCKETS, 2)})
+    first = first_run.run(batches[3])
+    kept = first_run.routing
+    assert kept["version"] == before["routing"]["version"] + 1
+
+    def replay(planned):
+        again = join_driver(spark, tmp_path)
+        again.state, again.batch_id = before, 3
+        return again.run(batches[3], planned=planned)
+
+    assert replay(kept) == first and first
+    unplanned = replay(None)
+    assert rows(unplanned) == rows(first) and unplanned != first  # the same rows, in another order: other names
+
+
+def test_the_routings_a_batch_changes_are_kept_for_its_replays(spark, tmp_path):
+    query = FragmentQuery(spark, "q", {}, "127.0.0.1:1", tmp_path, 1.0)
+    assert query.planned_routings(5) == {}
+    query.run = "run-a"
+    routing = {"table": [1, 0], "version": 2, "requested": 4, "splits": []}
+    query.plan_routings(5, {"j": routing})
+    assert query.planned_routings(5) == {"j": routing} and query.planned_routings(6) == {}
+    query.run = "run-b"  # a new run of the query: the request numbers were the old process's
+    assert query.planned_routings(5) == {"j": {**routing, "requested": 0}}
 
 
 @pytest.mark.parametrize("make", [window_driver, join_driver], ids=["window_aggregate", "join"])
