@@ -360,7 +360,7 @@ def report(results: Path, docs: Path, image: Path) -> str:
     """The results' tables (written into ``docs`` between :data:`MARKERS`) and a plot of what containment saves."""
     dry = json.loads(results.read_text())
     real_rows = []
-    for suffix in ("-real.json", "-real-dashboards.json", "-real-sliding.json"):
+    for suffix in ("-real.json", "-real-delay-10s.json", "-real-dashboards.json", "-real-sliding.json"):
         path = results.with_name(results.stem + suffix)
         real_rows += json.loads(path.read_text()) if path.exists() else []
     lines = ["Dry run, the workload's first 200 dataflows (`--apps 200`):", "",
@@ -384,12 +384,14 @@ def report(results: Path, docs: Path, image: Path) -> str:
     if real_rows:
         lines += ["", "Real runtime (`sana up`, local Spark on 2 cores, one stream, cores of the whole process tree "
                   f"over {real_rows[0]['measured_s']:.0f} s once all run):", "",
-                  "| workload | dataflows | records/s | | cores | running tasks | queries | containment shares "
-                  "(filter / select / window) | sink records (repeated) |", "|---|---:|---:|---|---:|---:|---:|---|---:|"]
+                  "| workload | dataflows | records/s | sinks' max delay | | cores | running tasks | queries | "
+                  "containment shares (filter / select / window) | sink records (repeated) |",
+                  "|---|---:|---:|---:|---|---:|---:|---:|---|---:|"]
         for row in real_rows:
             shares = row["containment_shares"]
+            pair = f" (pair {row['pair']})" if "pair" in row else ""
             lines.append(f"| {row.get('workload', 'variants')} | {row['dataflows']} | {row['rate_per_stream']:g} | "
-                         f"{row['variant']} | {row['cores']:.3f} | {row['running_tasks']} | {row['queries']} | "
+                         f"{row.get('max_delay_s', 0)} s | {row['variant']}{pair} | {row['cores']:.3f} | {row['running_tasks']} | {row['queries']} | "
                          f"{shares['filter']} / {shares['select']} / {shares['window_aggregate']} | "
                          f"{sum(topic['records'] for topic in row['sinks'].values()):,} "
                          f"({sum(topic['repeated'] for topic in row['sinks'].values())}) |")
@@ -409,10 +411,14 @@ def _plot(dry: dict[str, Any], real_rows: list[dict[str, Any]], image: Path) -> 
 
     panels = [("records read per source record", [row["records_read_per_source_record"] for row in dry["saving"]]),
               ("running tasks", [row["running_tasks"] for row in dry["saving"]])]
-    for kind in dict.fromkeys(row.get("workload", "variants") for row in real_rows):
-        rows = [row for row in real_rows if row.get("workload", "variants") == kind]
+    def group(row: dict[str, Any]) -> tuple[str, int, int]:
+        return row.get("workload", "variants"), row["dataflows"], row.get("max_delay_s", 0)
+
+    for kind, dataflows, delay in dict.fromkeys(group(row) for row in real_rows if row["variant"] != "widest-only"):
+        rows = [row for row in real_rows if group(row) == (kind, dataflows, delay)]
         runs = sum(1 for row in rows if row["variant"] == "exact")
-        panels.append((f"cores, real runtime ({kind}{f', mean of {runs} runs' if runs > 1 else ''})",
+        title = f"{dataflows} {kind}{f', {delay} s batches' if delay else ''}{f', mean of {runs}' if runs > 1 else ''}"
+        panels.append((f"cores, real runtime\n({title})",
                        [round(sum(row["cores"] for row in rows if row["variant"] == variant)
                               / max(1, sum(1 for row in rows if row["variant"] == variant)), 3)
                         for variant in ("exact", "containment")]))
