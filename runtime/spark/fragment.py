@@ -50,6 +50,8 @@ __all__ = ["REPLAYS_KEY", "BatchStats", "FragmentQuery", "LivePlan", "StateCopy"
 log = logging.getLogger("sana.runtime.query")
 
 RECENT_BATCHES = 20
+#: This process: request numbers (``requested`` in a routing) count the requests made in it.
+PROCESS = uuid.uuid4().hex
 LONG_BATCH_S = 10.0  # a batch running longer may belong to a query that died (in_flight_version asks)
 # A query's Python source runner is a new Python process that must connect back to the JVM within Spark's
 # fixed 10 s; on a loaded machine it sometimes does not (seen with 30 queries on 2 cores). Such a start is
@@ -121,7 +123,7 @@ class FragmentQuery(Statement, Isolation):
         self._cores = spark.sparkContext.defaultParallelism  # tasks that collect a batch's output (local mode)
         self.bound_file = checkpoint / "bound.json"
         self.gather_file = checkpoint / "gather.json"
-        self.routings_file = checkpoint / "routings.json"  # the keyed routings a batch changed, kept before it runs
+        self.routings_file = checkpoint / "routings.json"  # the keyed routings of the last batch, kept before its write
         # how long the reader may hold input for a larger batch (the sinks' max_delay); None: not written yet (a file
         # left in the checkpoint by an earlier run is replaced at the first plan)
         self.gather_s: float | None = None
@@ -361,25 +363,24 @@ class FragmentQuery(Statement, Isolation):
         self._states = states
         self._states_version = batch_id
 
-    def planned_routings(self, batch_id: int) -> dict[str, Any]:
-        """The routings an earlier attempt at ``batch_id`` ran its keyed operators with where it changed them (by
-        task id; empty if it changed none or this is the first attempt). An attempt of an earlier run of the
-        query (another process) made its request numbers there: they are reset to 0, as a new router's are."""
+    def kept_routings(self, batch_id: int) -> dict[str, Any] | None:
+        """The routings (by task id) an earlier attempt at ``batch_id`` ran its keyed operators with, or None if no
+        attempt got that far. Request numbers are this process's: those an earlier process made are reset to 0,
+        as its routers' are."""
         try:
             kept = json.loads(self.routings_file.read_text())
         except FileNotFoundError:
-            return {}
+            return None
         if kept.get("batch") != batch_id:
-            return {}
-        same_run = kept.get("run") == self.run
-        return {task_id: routing if same_run else {**routing, "requested": 0}
-                for task_id, routing in kept["routings"].items()}
+            return None
+        ours = kept.get("process") == PROCESS
+        return {task_id: routing if ours else {**routing, "requested": 0} for task_id, routing in kept["routings"].items()}
 
-    def plan_routings(self, batch_id: int, routings: Mapping[str, Any]) -> None:
-        """Keep the ``routings`` (by task id) that ``batch_id`` changes, before it runs (:meth:`planned_routings`)."""
+    def keep_routings(self, batch_id: int, routings: Mapping[str, Any]) -> None:
+        """Keep the ``routings`` (by task id) ``batch_id`` runs with (:meth:`kept_routings`), replacing the last."""
         self.checkpoint.mkdir(parents=True, exist_ok=True)
         temporary = self.routings_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"batch": batch_id, "run": self.run, "routings": dict(routings)}))
+        temporary.write_text(json.dumps({"batch": batch_id, "process": PROCESS, "routings": dict(routings)}))
         temporary.replace(self.routings_file)
 
     # -- handing work over (defragmentation) ----------------------------------------------------

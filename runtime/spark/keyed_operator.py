@@ -104,6 +104,19 @@ def max_of_each(queries: Sequence[str]) -> str:
     return f"SELECT {', '.join(f'max(v{index})' for index in range(len(queries)))} FROM ({' UNION ALL '.join(branches)})"
 
 
+def follows(saved: Mapping[str, Any], planned: Mapping[str, Any] | None) -> bool:
+    """Whether ``planned`` can be the routing of the batch after the one that saved ``saved``: the same buckets and
+    workers, and the same version or the next.
+
+    >>> saved = {"table": [0, 1], "version": 3, "workers": 2}
+    >>> follows(saved, {**saved, "version": 4}), follows(saved, {**saved, "table": [0, 1, 0]}), follows(saved, None)
+    (True, False, False)
+    """
+    return (planned is not None and len(planned["table"]) == len(saved["table"])
+            and planned.get("workers") == saved.get("workers", planned.get("workers"))
+            and planned["version"] - saved["version"] in (0, 1))
+
+
 class KeyedOperator:
     """Base of the keyed operators: subclasses route their inputs and make the per-worker step."""
 
@@ -176,15 +189,16 @@ class KeyedOperator:
         than once, and unpersist it after the batch. With fused operators this operator's output is such a query
         text too. In an idle batch: empty relations (tags 0) and no shuffle output (None), as without fused ones.
 
-        ``planned``: the routing an earlier attempt at this batch ran with, if it changed the saved one (the
-        statement keeps it before the batch runs): the batch routes as that attempt did, whatever is requested now,
-        so it shuffles, and names its output rows, as that attempt did."""
+        ``planned``: the routing an earlier attempt at this batch ran with (the statement keeps it before any
+        output is written): the batch routes as that attempt did, whatever is requested now (it stays requested
+        for the next batch), so it shuffles, and names its output rows, as that attempt did. A routing that cannot
+        follow the saved one (another table size or worker count, or not its version or the next) is not used."""
         saved = state["routing"]
         if int(saved.get("workers", self.workers)) != self.workers:
             raise QueryFailed(f"keyed operator {self.task.id}: its state has {saved['workers']} workers but it is "
                               f"configured with {self.workers}; a running operator keeps its worker count")
         self.controller.adopt(saved)
-        routing = dict(planned) if planned is not None else self.router.next_table(saved)
+        routing = dict(planned) if follows(saved, planned) else self.router.next_table(saved)
         unchanged = routing["version"] == saved["version"] and routing["requested"] == saved.get("requested", 0)
         if self.idle(scanned) and unchanged and not routing["splits"]:
             self.idle_batches += 1

@@ -79,7 +79,7 @@ class Statement:
         planned_keyed: dict[str, dict[str, Any]] = {}
         try:
             states = self.load_states(batch_id) if stateful else {}
-            planned = self.planned_routings(batch_id) if keyed else {}  # an earlier attempt's routing changes
+            kept_routings = self.kept_routings(batch_id) if keyed else None  # an earlier attempt's, if any
             fused = fusions(plan.tasks, keyed, states)
             for parent in fused.values():  # a fused task reads its parent's shuffle, not its output
                 consumers[parent] -= 1
@@ -129,7 +129,8 @@ class Statement:
                 inside = {child: (keyed[child], states.get(child) or keyed[child].initial_state())
                           for child, parent in fused.items() if parent == task.id}
                 output, planned_keyed[task.id], children, tagged = operator.plan_fused(
-                    session, batch_id, relations, state, self._worker_store, scanned, inside, planned.get(task.id))
+                    session, batch_id, relations, state, self._worker_store, scanned, inside,
+                    None if kept_routings is None else kept_routings.get(task.id))
                 branch = None
                 if tagged is not None and task.id in together:
                     single = operator.tasks_for(state, planned_keyed[task.id]["routing"]) == 1  # as plan_fused did
@@ -191,13 +192,12 @@ class Statement:
             if fold:
                 union = f"{union} UNION ALL {_origins_sql(token, set(plan.reads.values()))}"
             output = session.sql(ctes.statement(union, [names[task_id] for task_id, _ in alone]))
-            # The routings this batch changes are kept before its worker tasks run: a replay (after a crash, in
-            # another process without this one's pending requests) routes as this attempt, so it names a join's
-            # rows, which come out of the workers' partitions, as this attempt did.
-            changed = {task_id: draft["routing"] for task_id, draft in planned_keyed.items()
-                       if task_id not in fused and routing_changed(states.get(task_id), draft)}
-            if changed and not probe and changed != planned:
-                self.plan_routings(batch_id, changed)
+            # The routings of the batch's keyed operators are kept before any of its output is written: a replay
+            # (after a crash, in another process, with other requests pending or none) routes as this attempt did,
+            # so it names a join's rows, which come out of the workers' partitions, as this attempt did.
+            routings = {task_id: draft["routing"] for task_id, draft in planned_keyed.items() if task_id not in fused}
+            if routings and not probe and routings != kept_routings:
+                self.keep_routings(batch_id, routings)
             headers = [("sana.writer", self.id.encode()), ("sana.run", self.run.encode()), ("sana.batch", str(batch_id).encode())]
             planned = time.perf_counter()
             if probe:
@@ -288,15 +288,6 @@ class Statement:
 
 #: The ``topic`` of the rows that carry origins in a folded output job: never a Kafka topic name ('|' is not allowed).
 ORIGINS = "|origins"
-
-
-def routing_changed(saved: Mapping[str, Any] | None, draft: Mapping[str, Any]) -> bool:
-    """Whether a keyed operator's batch runs with another routing than its saved state's (None: its first batch).
-
-    >>> routing_changed({"routing": {"version": 3}}, {"routing": {"version": 4}}), routing_changed(None, {"routing": {"version": 0}})
-    (True, False)
-    """
-    return draft["routing"]["version"] != ((saved or {}).get("routing") or {"version": 0})["version"]
 
 
 def _memory(states: Mapping[str, Any]) -> dict:

@@ -238,9 +238,9 @@ class WorkerTask:
                 elif copied:  # every member needs all of them
                     sources = (() if own else (old_owner,)) if was_copied else \
                         tuple(member for member in old_members if member != worker)
-                elif was_copied:  # one complete copy, at the new owner
-                    own = worker == old_owner == new_owner
-                    sources = (old_owner,) if worker == new_owner != old_owner else ()
+                elif was_copied:  # one complete copy, at the new owner (every old member held one)
+                    own = worker == new_owner and worker in old_members
+                    sources = (old_owner,) if worker == new_owner and not own else ()
                 elif worker == new_owner:  # scattered: shares stay with members; the owner takes the others'
                     sources = tuple(member for member in old_members if member not in new_members)
                 dropped[bucket * len(sides) + index] = not own

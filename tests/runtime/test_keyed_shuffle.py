@@ -7,6 +7,7 @@ the ones asked for.
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 
 from runtime.operators.join.spark import StreamJoin
 from runtime.spark.fragment import FragmentQuery
+from runtime.spark.kafka_source import RAW_SCHEMA
 from runtime.spark.sql_text import ddl
 from runtime.spark.shuffle import BUCKETS, partition_keys
 from runtime.spark.reshape import ReshapeSettings
@@ -127,15 +129,71 @@ def test_a_batch_replayed_by_another_process_routes_and_names_its_join_rows_as_i
     assert rows(unplanned) == rows(first) and unplanned != first  # the same rows, in another order: other names
 
 
-def test_the_routings_a_batch_changes_are_kept_for_its_replays(spark, tmp_path):
+def test_the_routings_a_batch_runs_with_are_kept_for_its_replays(spark, tmp_path):
     query = FragmentQuery(spark, "q", {}, "127.0.0.1:1", tmp_path, 1.0)
-    assert query.planned_routings(5) == {}
-    query.run = "run-a"
-    routing = {"table": [1, 0], "version": 2, "requested": 4, "splits": []}
-    query.plan_routings(5, {"j": routing})
-    assert query.planned_routings(5) == {"j": routing} and query.planned_routings(6) == {}
-    query.run = "run-b"  # a new run of the query: the request numbers were the old process's
-    assert query.planned_routings(5) == {"j": {**routing, "requested": 0}}
+    assert query.kept_routings(5) is None
+    routing = {"table": [1, 0], "version": 2, "requested": 4, "splits": [], "workers": 2}
+    query.keep_routings(5, {"j": routing})
+    assert query.kept_routings(5) == {"j": routing} and query.kept_routings(6) is None
+    kept = json.loads(query.routings_file.read_text())
+    query.routings_file.write_text(json.dumps({**kept, "process": "another"}))  # written by an earlier process
+    assert query.kept_routings(5) == {"j": {**routing, "requested": 0}}  # its request numbers were its own
+
+
+def _raw(spark, batch: dict[str, list[dict]], topics: dict[str, str]):
+    rows = [(topics[port], json.dumps({**row, "ts": row["ts"].isoformat()}), None)
+            for port, records in batch.items() for row in records]
+    return spark.createDataFrame(rows, RAW_SCHEMA)
+
+
+def test_a_join_batch_written_then_replayed_by_a_new_query_names_its_rows_as_before(spark, tmp_path, kafka_bootstrap,
+                                                                                   topic_factory):
+    """Batch 3 moves buckets of a join and is written; a new query on the same checkpoint (another process: none of
+    those moves requested) runs batch 3 again, as Spark does when the first attempt was not committed. Every record
+    comes again under the same name (writer, batch, seq) with the same value, so readers drop the copies; without
+    the routing kept in the checkpoint the same records come under other names."""
+    from runtime.operators.join.spark import StreamJoin as Join
+    from runtime.plan import TaskSpec
+    from runtime.spark.live_plan import LivePlan
+    from runtime.broker.producer import BatchProducer
+    from tests.fixtures.kafka_io import read_all
+
+    topics = {"left": topic_factory("left"), "right": topic_factory("right")}
+    out = topic_factory("joined")
+    join = keyed_task("join", JOIN_CONFIG, {"left": [SCHEMA], "right": [SCHEMA]}, "j")
+    join = TaskSpec("j", "j", "join", join.config, None, (("left", "src-left"), ("right", "src-right")), "f", join.schema)
+    tasks = (TaskSpec("src-left", "l", "source", {"topic": topics["left"], "schema": SCHEMA}, None, (), "f", SCHEMA),
+             TaskSpec("src-right", "r", "source", {"topic": topics["right"], "schema": SCHEMA}, None, (), "f", SCHEMA),
+             join, TaskSpec("out", "o", "sink", {"topic": out}, None, (("in", "j"),), "f", join.schema))
+    plan = LivePlan(1, tasks, {}, (("out", out),), {task.id: task.schema for task in tasks})
+    producer = BatchProducer(kafka_bootstrap)
+
+    def query():
+        operator = Join(join, {"left": [SCHEMA], "right": [SCHEMA]}, 8, STILL)
+        return FragmentQuery(spark, "q", {}, kafka_bootstrap, tmp_path, 1.0, producer=producer), {"j": operator}
+
+    batches = [{port: readings(batch, 150, seed=3 + index) for index, port in enumerate(topics)} for batch in range(4)]
+    first, keyed = query()
+    for batch in range(3):
+        first.evaluate(plan, keyed, _raw(spark, batches[batch], topics), batch)
+    keyed["j"].request_moves({bucket: (bucket + 3) % 8 for bucket in range(0, BUCKETS, 2)})
+    first.evaluate(plan, keyed, _raw(spark, batches[3], topics), 3)
+
+    def replayed():
+        again, keyed_again = query()
+        again.evaluate(plan, keyed_again, _raw(spark, batches[3], topics), 3)
+
+    replayed()
+    (tmp_path / "routings.json").unlink(missing_ok=True)  # as before the routings were kept
+    replayed()
+    producer.close()
+    written = [record for record in read_all(kafka_bootstrap, out) if record.headers["sana.batch"] == "3"]
+    size = len(written) // 3  # three attempts at batch 3, one after the other on one partition
+    assert size and len(written) == 3 * size
+    named = [{record.key: record.value for record in written[start:start + size]} for start in (0, size, 2 * size)]
+    assert named[1] == named[0]  # the replay: every record under its name
+    assert sorted(map(json.dumps, named[2].values())) == sorted(map(json.dumps, named[0].values()))
+    assert named[2] != named[0]  # the same records under other names
 
 
 @pytest.mark.parametrize("make", [window_driver, join_driver], ids=["window_aggregate", "join"])
