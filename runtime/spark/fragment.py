@@ -40,7 +40,7 @@ from runtime.quarantine import Quarantine
 from runtime.spark import operators as spark_operators
 from runtime.spark.driver_state import StateStore
 from runtime.spark.isolation import Isolation, describe_failure
-from runtime.spark.kafka_source import NAME as SOURCE_FORMAT, write_gather
+from runtime.spark.kafka_source import NAME as SOURCE_FORMAT, write_gather, write_json
 from runtime.spark.live_plan import LivePlan
 from runtime.spark.statement import REPLAYS_KEY, Statement
 from runtime.spark.worker_state import WorkerStateStore
@@ -378,10 +378,7 @@ class FragmentQuery(Statement, Isolation):
 
     def keep_routings(self, batch_id: int, routings: Mapping[str, Any]) -> None:
         """Keep the ``routings`` (by task id) ``batch_id`` runs with (:meth:`kept_routings`), replacing the last."""
-        self.checkpoint.mkdir(parents=True, exist_ok=True)
-        temporary = self.routings_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"batch": batch_id, "process": PROCESS, "routings": dict(routings)}))
-        temporary.replace(self.routings_file)
+        write_json(self.routings_file, {"batch": batch_id, "process": PROCESS, "routings": dict(routings)})
 
     # -- handing work over (defragmentation) ----------------------------------------------------
 
@@ -390,10 +387,7 @@ class FragmentQuery(Statement, Isolation):
         if offsets is None:
             self.bound_file.unlink(missing_ok=True)
             return
-        self.checkpoint.mkdir(parents=True, exist_ok=True)
-        temporary = self.bound_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps({topic: {str(p): int(o) for p, o in parts.items()} for topic, parts in offsets.items()}))
-        temporary.replace(self.bound_file)
+        write_json(self.bound_file, {topic: {str(p): int(o) for p, o in parts.items()} for topic, parts in offsets.items()})
 
     def processed(self) -> dict[str, dict[str, int]]:
         """Offsets up to which the query has processed its inputs (where it started, before its first batch)."""

@@ -49,6 +49,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -203,9 +204,15 @@ def write_gather(path: Path, gather_s: float) -> None:
     if not gather_s:
         path.unlink(missing_ok=True)
         return
+    write_json(path, {"gather_s": gather_s})
+
+
+def write_json(path: Path, value: Any) -> None:
+    """``value`` as JSON at ``path``, through a temporary file and a rename: a reader sees the old or the new file,
+    never part of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps({"gather_s": gather_s}))
+    temporary.write_text(json.dumps(value))
     temporary.replace(path)
 
 
