@@ -16,14 +16,18 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from runtime.broker.producer import BatchProducer
 from runtime.operators.join.spark import StreamJoin
+from runtime.plan import TaskSpec
 from runtime.spark.fragment import FragmentQuery
 from runtime.spark.kafka_source import RAW_SCHEMA
+from runtime.spark.live_plan import LivePlan
 from runtime.spark.sql_text import ddl
 from runtime.spark.shuffle import BUCKETS, partition_keys
 from runtime.spark.reshape import ReshapeSettings
 from runtime.spark.session import spark_session
 from runtime.operators.window.spark import WindowAggregate
+from tests.fixtures.kafka_io import read_all
 from tests.fixtures.keyed import KeyedDriver, keyed_task
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -152,12 +156,6 @@ def test_a_join_batch_written_then_replayed_by_a_new_query_names_its_rows_as_bef
     those moves requested) runs batch 3 again, as Spark does when the first attempt was not committed. Every record
     comes again under the same name (writer, batch, seq) with the same value, so readers drop the copies; without
     the routing kept in the checkpoint the same records come under other names."""
-    from runtime.operators.join.spark import StreamJoin as Join
-    from runtime.plan import TaskSpec
-    from runtime.spark.live_plan import LivePlan
-    from runtime.broker.producer import BatchProducer
-    from tests.fixtures.kafka_io import read_all
-
     topics = {"left": topic_factory("left"), "right": topic_factory("right")}
     out = topic_factory("joined")
     join = keyed_task("join", JOIN_CONFIG, {"left": [SCHEMA], "right": [SCHEMA]}, "j")
@@ -169,7 +167,7 @@ def test_a_join_batch_written_then_replayed_by_a_new_query_names_its_rows_as_bef
     producer = BatchProducer(kafka_bootstrap)
 
     def query():
-        operator = Join(join, {"left": [SCHEMA], "right": [SCHEMA]}, 8, STILL)
+        operator = StreamJoin(join, {"left": [SCHEMA], "right": [SCHEMA]}, 8, STILL)
         return FragmentQuery(spark, "q", {}, kafka_bootstrap, tmp_path, 1.0, producer=producer), {"j": operator}
 
     batches = [{port: readings(batch, 150, seed=3 + index) for index, port in enumerate(topics)} for batch in range(4)]
